@@ -1,0 +1,3 @@
+"""CastSlice: a mutating admission webhook that moves opted-in Pods onto shared GPUs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,155 @@
+"""Configuration, read from the environment and validated once at start."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
+# Bounds the admin-chosen maximum so quantities and warnings stay short.
+MAX_SLICE_RATIO_CEILING = 1_000_000
+# A token shorter than this can be guessed; it is the only thing keeping the URL private.
+MIN_PATH_TOKEN_LENGTH = 16
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_PATH_TOKEN = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+class ConfigError(ValueError):
+    """An environment variable has a value CastSlice cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class Config:
+    shared_resource: str = "nvidia.com/gpu-shared"
+    gpu_resource: str = "nvidia.com/gpu"
+    presets: Mapping[str, int] = field(
+        default_factory=lambda: {"training": 4, "inference": 2, "batch": 2, "dev": 1}
+    )
+    default_slices: int = 1
+    max_slice_ratio: int = 1000
+    path_token: str | None = None
+
+
+def load_config(environ: Mapping[str, str]) -> Config:
+    """Build the configuration from CASTSLICE_* variables; raise ConfigError on any bad value."""
+    shared = _extended_resource(environ, "CASTSLICE_SHARED_RESOURCE", Config.shared_resource)
+    gpu = _extended_resource(environ, "CASTSLICE_GPU_RESOURCE", Config.gpu_resource)
+    if shared == gpu:
+        raise ConfigError(
+            f"CASTSLICE_SHARED_RESOURCE and CASTSLICE_GPU_RESOURCE are both {gpu!r}; "
+            "the shared resource must differ from the one it replaces"
+        )
+    max_ratio = _positive_int(
+        environ, "CASTSLICE_MAX_SLICE_RATIO", Config.max_slice_ratio, MAX_SLICE_RATIO_CEILING
+    )
+    return Config(
+        shared_resource=shared,
+        gpu_resource=gpu,
+        presets=_presets(environ, max_ratio),
+        default_slices=_positive_int(
+            environ, "CASTSLICE_DEFAULT_SLICES", Config.default_slices, max_ratio
+        ),
+        max_slice_ratio=max_ratio,
+        path_token=_path_token(environ),
+    )
+
+
+def _value(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    if value is not None and not value.strip():
+        raise ConfigError(f"{name} is set but empty; unset it to use the default")
+    return value
+
+
+def _extended_resource(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    value = value.strip()
+    problem = extended_resource_problem(value)
+    if problem:
+        raise ConfigError(f"{name}={value!r} is not a valid extended resource name: {problem}")
+    return value
+
+
+def extended_resource_problem(name: str) -> str | None:
+    """Why `name` cannot be a Kubernetes extended resource, or None when it can.
+
+    Mirrors the API server's rules: a qualified name `domain/name` outside the
+    kubernetes.io domain, usable behind the `requests.` quota prefix.
+    """
+    domain, slash, local = name.partition("/")
+    if not slash:
+        return "it needs a domain prefix, as in example.com/gpu"
+    if len(domain) > 253 or not _DNS_SUBDOMAIN.fullmatch(domain):
+        return f"the prefix {domain!r} is not a lowercase DNS subdomain"
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for native resources"
+    if len(local) > 63 or not _QUALIFIED_NAME.fullmatch(local):
+        return (
+            f"the name {local!r} must be 1-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _positive_int(environ: Mapping[str, str], name: str, default: int, upper: int) -> int:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    number = parse_bounded_int(value.strip(), upper)
+    if number is None:
+        raise ConfigError(f"{name}={value!r} must be a whole number from 1 to {upper}")
+    return number
+
+
+def parse_bounded_int(text: str, upper: int) -> int | None:
+    """The value of `text` if it is ASCII digits only and from 1 to `upper`, else None."""
+    if not text.isascii() or not text.isdigit():
+        return None
+    # Bounding the length first keeps int() away from huge digit strings.
+    digits = text.lstrip("0")
+    if not digits or len(digits) > len(str(upper)):
+        return None
+    number = int(digits)
+    return number if number <= upper else None
+
+
+def _presets(environ: Mapping[str, str], max_ratio: int) -> dict[str, int]:
+    name = "CASTSLICE_PRESETS"
+    value = _value(environ, name)
+    if value is None:
+        value = DEFAULT_PRESETS
+    presets: dict[str, int] = {}
+    for entry in value.split(","):
+        key, equals, count = (part.strip() for part in entry.partition("="))
+        if not equals or not key:
+            raise ConfigError(
+                f"{name}: entry {entry.strip()!r} is not of the form type=slices, "
+                f"as in {DEFAULT_PRESETS}"
+            )
+        slices = parse_bounded_int(count, max_ratio)
+        if slices is None:
+            raise ConfigError(
+                f"{name}: the slice count of {key!r} must be a whole number from 1 to {max_ratio}"
+            )
+        if key in presets:
+            raise ConfigError(f"{name}: workload type {key!r} is listed twice")
+        presets[key] = slices
+    return presets
+
+
+def _path_token(environ: Mapping[str, str]) -> str | None:
+    name = "CASTSLICE_PATH_TOKEN"
+    value = _value(environ, name)
+    if value is None:
+        return None
+    if len(value) < MIN_PATH_TOKEN_LENGTH or not _PATH_TOKEN.fullmatch(value):
+        raise ConfigError(
+            f"{name} must be at least {MIN_PATH_TOKEN_LENGTH} characters from "
+            "A-Z a-z 0-9 . _ ~ - (it is the last segment of the webhook URL)"
+        )
+    return value

@@ -1,0 +1,95 @@
+"""The slice policy: a Pod's annotations in, a slice decision out.
+
+Pure functions on plain data; no HTTP, no AdmissionReview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from .config import Config, parse_bounded_int
+
+OPTIMIZE = "castops.io/optimize"
+WORKLOAD_TYPE = "castops.io/workload-type"
+SLICE_RATIO = "castops.io/slice-ratio"
+MIRROR = "kubernetes.io/config.mirror"
+
+# The API server shows warnings to users as they are; kubectl prints one a line.
+MAX_WARNING_LENGTH = 120
+_MAX_VALUE_LENGTH = 24
+
+SliceSource = Literal["slice-ratio", "workload-type", "default"]
+
+
+@dataclass(frozen=True)
+class SliceDecision:
+    slices: int
+    source: SliceSource
+    warnings: tuple[str, ...] = ()
+
+
+def is_opted_in(annotations: Mapping[str, str]) -> bool:
+    return annotations.get(OPTIMIZE) == "true"
+
+
+def is_mirror_pod(annotations: Mapping[str, str]) -> bool:
+    # The kubelet owns mirror pods; the API server rejects changes to them.
+    return MIRROR in annotations
+
+
+def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecision:
+    """Apply `slice-ratio` → `workload-type` → default, warning about each invalid value."""
+    problems: list[tuple[str, str, str]] = []
+
+    ratio = annotations.get(SLICE_RATIO)
+    if ratio is not None:
+        slices = parse_bounded_int(ratio, config.max_slice_ratio)
+        if slices is not None:
+            return SliceDecision(slices, "slice-ratio")
+        problems.append((SLICE_RATIO, ratio, f"want a whole number 1-{config.max_slice_ratio}"))
+
+    decision = SliceDecision(config.default_slices, "default")
+    workload_type = annotations.get(WORKLOAD_TYPE)
+    if workload_type is not None:
+        preset = config.presets.get(workload_type)
+        if preset is not None:
+            decision = SliceDecision(preset, "workload-type")
+        else:
+            problems.append((WORKLOAD_TYPE, workload_type, _known_types(config)))
+
+    fallback = _describe(decision)
+    warnings = tuple(
+        fit_warning(f"{key}={shorten(value)} ignored ({why}); using {fallback}")
+        for key, value, why in problems
+    )
+    return SliceDecision(decision.slices, decision.source, warnings)
+
+
+def _known_types(config: Config) -> str:
+    if not config.presets:
+        return "no workload types are configured"
+    return "want " + "|".join(config.presets)
+
+
+def _describe(decision: SliceDecision) -> str:
+    unit = "slice" if decision.slices == 1 else "slices"
+    if decision.source == "workload-type":
+        return f"{decision.slices} {unit} from {WORKLOAD_TYPE}"
+    return f"the default of {decision.slices} {unit}"
+
+
+def shorten(value: str) -> str:
+    """A quoted, printable-ASCII, bounded rendering of an untrusted value."""
+    rendered = ascii(value)[1:-1].replace('"', '\\"')
+    if len(rendered) > _MAX_VALUE_LENGTH:
+        rendered = rendered[: _MAX_VALUE_LENGTH - 3] + "..."
+    return f'"{rendered}"'
+
+
+def fit_warning(text: str) -> str:
+    """Clip a warning to what the API server and kubectl show well."""
+    if len(text) <= MAX_WARNING_LENGTH:
+        return text
+    return text[: MAX_WARNING_LENGTH - 3] + "..."

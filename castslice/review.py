@@ -1,0 +1,156 @@
+"""The AdmissionReview v1 envelope: decoding requests and building responses.
+
+Only this module knows the wire format; the policy and the patch never see it.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Literal, NotRequired, TypedDict
+
+import msgspec
+
+from .kube import Pod
+from .patch import PatchOperation
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+
+class GroupVersionKind(TypedDict, total=False):
+    group: str
+    version: str
+    kind: str
+
+
+class AdmissionRequest(TypedDict, total=False):
+    uid: str
+    kind: GroupVersionKind | None
+    subResource: str | None
+    operation: str | None
+    namespace: str | None
+    name: str | None
+    dryRun: bool | None
+    object: Pod | None
+
+
+class _IncomingReview(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    request: AdmissionRequest | None
+
+
+class _UidOnlyRequest(TypedDict, total=False):
+    uid: str
+
+
+class _UidOnlyReview(TypedDict, total=False):
+    request: _UidOnlyRequest | None
+
+
+class AdmissionResponse(TypedDict):
+    uid: str
+    allowed: Literal[True]
+    patchType: NotRequired[Literal["JSONPatch"]]
+    patch: NotRequired[str]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class InvalidReview(ValueError):
+    """The body is not an AdmissionReview v1 request; the message says why."""
+
+
+class UnreadableObject(ValueError):
+    """The review is valid but its object is not a Pod CastSlice can read."""
+
+    def __init__(self, uid: str, detail: str) -> None:
+        super().__init__(detail)
+        self.uid = uid
+
+
+_review_decoder = msgspec.json.Decoder(_IncomingReview)
+_uid_decoder = msgspec.json.Decoder(_UidOnlyReview)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_review(body: bytes) -> AdmissionRequest:
+    """The request of an AdmissionReview v1 body.
+
+    Decoding is typed: only the fields CastSlice reads are built, the rest of
+    the Pod (env lists, volumes…) is skipped, which is what keeps large Pods
+    cheap. Raises InvalidReview, or UnreadableObject when only `request.object`
+    is at fault.
+    """
+    if not body:
+        raise InvalidReview("the request body is empty; expected an AdmissionReview")
+    try:
+        review = _review_decoder.decode(body)
+    except RecursionError:
+        raise InvalidReview("the JSON body is nested too deeply") from None
+    except msgspec.ValidationError as error:
+        if "at `$.request.object" in str(error):
+            raise UnreadableObject(_uid_of(body), str(error)) from None
+        raise InvalidReview(f"not an AdmissionReview: {error}") from None
+    except msgspec.DecodeError as error:
+        raise InvalidReview(f"the body is not valid JSON: {error}") from None
+
+    api_version, kind = review.get("apiVersion"), review.get("kind")
+    if api_version != API_VERSION:
+        raise InvalidReview(f"apiVersion must be {API_VERSION!r}, got {_short(api_version)}")
+    if kind != KIND:
+        raise InvalidReview(f"kind must be {KIND!r}, got {_short(kind)}")
+    request = review.get("request")
+    if request is None:
+        raise InvalidReview("the AdmissionReview has no request")
+    if not request.get("uid"):
+        raise InvalidReview("request.uid is missing or empty")
+    return request
+
+
+def _uid_of(body: bytes) -> str:
+    # Only reached when the Pod could not be read: the uid is still needed to answer.
+    try:
+        request = _uid_decoder.decode(body).get("request") or {}
+    except (msgspec.MsgspecError, RecursionError):
+        request = {}
+    uid = request.get("uid")
+    if not uid:
+        raise InvalidReview("request.uid is missing or empty")
+    return uid
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def allowed(uid: str, warnings: list[str] | None = None) -> AdmissionResponse:
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    if warnings:
+        response["warnings"] = warnings
+    return response
+
+
+def patched(
+    uid: str,
+    operations: list[PatchOperation],
+    warnings: list[str] | None = None,
+    audit_annotations: dict[str, str] | None = None,
+) -> AdmissionResponse:
+    """An allowed response carrying `operations`; with none it is plain `allowed`."""
+    response = allowed(uid, warnings)
+    if operations:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(_encoder.encode(operations)).decode("ascii")
+    if audit_annotations:
+        response["auditAnnotations"] = audit_annotations
+    return response
+
+
+def encode_review(response: AdmissionResponse) -> bytes:
+    return _encoder.encode({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+
+
+def encode_json(document: object) -> bytes:
+    return _encoder.encode(document)

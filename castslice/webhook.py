@@ -1,0 +1,125 @@
+"""The HTTP face of CastSlice: routing, limits and errors around one review."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import flask
+
+from . import __version__
+from .admission import Outcome, review_pod
+from .config import Config
+from .log import write_log
+from .review import (
+    InvalidReview,
+    UnreadableObject,
+    allowed,
+    decode_review,
+    encode_json,
+    encode_review,
+)
+
+MAX_BODY_BYTES = 7 * 1024 * 1024
+JSON = "application/json"
+_ALLOWED_METHODS = "GET, HEAD, POST"
+_INTERNAL_ERROR_WARNING = (
+    "castslice could not process this Pod (internal error); it was admitted unchanged"
+)
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Webhook:
+    """Answers AdmissionReviews for one configuration; safe to share between threads."""
+
+    def __init__(self, config: Config, log: Callable[..., None] = write_log) -> None:
+        self.config = config
+        self._log = log
+        self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})
+
+    def serve(self, request: flask.Request) -> flask.Response:
+        """The functions-framework entry: a Flask request in, a JSON response out."""
+        reply = self.route(request)
+        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
+
+    def route(self, request: flask.Request) -> Reply:
+        if request.method in ("GET", "HEAD"):
+            return Reply(200, self._health)
+        if request.method != "POST":
+            return self._reject(
+                405, f"method {request.method} is not allowed; send the AdmissionReview with POST",
+                {"Allow": _ALLOWED_METHODS},
+            )
+        if self.config.path_token is not None and not self._token_matches(request.path):
+            # No detail: the token is what keeps the public URL private.
+            return self._reject(404, "not found")
+        if request.mimetype != JSON:
+            return self._reject(
+                415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}"
+            )
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return self._too_large()
+        body = request.stream.read(MAX_BODY_BYTES + 1)
+        if len(body) > MAX_BODY_BYTES:
+            return self._too_large()
+        return self.answer(body)
+
+    def answer(self, body: bytes) -> Reply:
+        """Answer one AdmissionReview body; every valid review is allowed."""
+        started = time.perf_counter()
+        try:
+            request = decode_review(body)
+        except UnreadableObject as error:
+            return self._failed_open(error.uid, f"request.object is not a readable Pod: {error}")
+        except InvalidReview as error:
+            return self._reject(400, str(error))
+
+        uid = request["uid"]
+        try:
+            outcome = review_pod(request, self.config)
+        except Exception as error:  # noqa: BLE001 - a bug here must still admit the Pod
+            return self._failed_open(uid, f"{type(error).__name__}: {error}")
+
+        self._log_outcome(request, outcome, time.perf_counter() - started)
+        return Reply(200, encode_review(outcome.response))
+
+    def _token_matches(self, path: str) -> bool:
+        segment = path.rstrip("/").rpartition("/")[2]
+        return hmac.compare_digest(segment.encode(), self.config.path_token.encode())
+
+    def _failed_open(self, uid: str, detail: str) -> Reply:
+        self._log("ERROR", f"review failed, Pod admitted unchanged: {detail[:300]}", uid=uid)
+        return Reply(200, encode_review(allowed(uid, [_INTERNAL_ERROR_WARNING])))
+
+    def _reject(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+        self._log("WARNING", f"rejected request: {message}", status=status)
+        return Reply(status, encode_json({"error": message}), headers or {})
+
+    def _too_large(self) -> Reply:
+        return self._reject(413, f"the body is larger than {MAX_BODY_BYTES} bytes (7 MiB)")
+
+    def _log_outcome(self, request: dict, outcome: Outcome, seconds: float) -> None:
+        metadata = (request.get("object") or {}).get("metadata") or {}
+        self._log(
+            "INFO",
+            f"pod {outcome.decision}",
+            uid=request["uid"],
+            namespace=request.get("namespace") or metadata.get("namespace"),
+            pod=metadata.get("name") or metadata.get("generateName") or request.get("name"),
+            decision=outcome.decision,
+            reason=outcome.reason,
+            slices=outcome.slices,
+            source=outcome.source,
+            containersChanged=outcome.containers_changed,
+            warnings=len(outcome.response.get("warnings", ())),
+            dryRun=bool(request.get("dryRun")),
+            latencyMs=round(seconds * 1000, 3),
+        )
