@@ -18,7 +18,7 @@ MIRROR = "kubernetes.io/config.mirror"
 
 # The API server shows warnings to users as they are; kubectl prints one a line.
 MAX_WARNING_LENGTH = 120
-_MAX_VALUE_LENGTH = 24
+_MAX_VALUE_LENGTH = 20
 
 SliceSource = Literal["slice-ratio", "workload-type", "default"]
 
@@ -60,11 +60,14 @@ def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecis
             problems.append((WORKLOAD_TYPE, workload_type, _known_types(config)))
 
     fallback = _describe(decision)
-    warnings = tuple(
-        fit_warning(f"{key}={shorten(value)} ignored ({why}); using {fallback}")
-        for key, value, why in problems
-    )
+    warnings = tuple(_warning(key, value, why, fallback) for key, value, why in problems)
     return SliceDecision(decision.slices, decision.source, warnings)
+
+
+def _warning(key: str, value: str, why: str, fallback: str) -> str:
+    # The annotation, the value and what was used always fit; only the reason is clipped.
+    head, tail = f"{key}={shorten(value)} ignored (", f"); using {fallback}"
+    return head + _clip(why, MAX_WARNING_LENGTH - len(head) - len(tail)) + tail
 
 
 def _known_types(config: Config) -> str:
@@ -76,20 +79,15 @@ def _known_types(config: Config) -> str:
 def _describe(decision: SliceDecision) -> str:
     unit = "slice" if decision.slices == 1 else "slices"
     if decision.source == "workload-type":
-        return f"{decision.slices} {unit} from {WORKLOAD_TYPE}"
+        return f"{decision.slices} {unit} from workload-type"
     return f"the default of {decision.slices} {unit}"
 
 
 def shorten(value: str) -> str:
     """A quoted, printable-ASCII, bounded rendering of an untrusted value."""
     rendered = ascii(value)[1:-1].replace('"', '\\"')
-    if len(rendered) > _MAX_VALUE_LENGTH:
-        rendered = rendered[: _MAX_VALUE_LENGTH - 3] + "..."
-    return f'"{rendered}"'
+    return f'"{_clip(rendered, _MAX_VALUE_LENGTH)}"'
 
 
-def fit_warning(text: str) -> str:
-    """Clip a warning to what the API server and kubectl show well."""
-    if len(text) <= MAX_WARNING_LENGTH:
-        return text
-    return text[: MAX_WARNING_LENGTH - 3] + "..."
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -55,7 +55,8 @@ class Webhook:
             return Reply(200, self._health)
         if request.method != "POST":
             return self._reject(
-                405, f"method {request.method} is not allowed; send the AdmissionReview with POST",
+                405,
+                f"method {request.method} is not allowed; send the AdmissionReview with POST",
                 {"Allow": _ALLOWED_METHODS},
             )
         if self.config.path_token is not None and not self._token_matches(request.path):

@@ -1,0 +1,104 @@
+"""Builders for Pods and AdmissionReviews, and helpers that apply CastSlice's answers."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu-shared"
+POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+
+
+def opted_in(**extra: str) -> dict[str, str]:
+    return {"castops.io/optimize": "true", **extra}
+
+
+def container(name: str = "main", requests: Any = None, limits: Any = None, **extra: Any) -> dict:
+    """A container; `requests`/`limits` of None leave the map out, "null" sets it to null."""
+    resources: dict[str, Any] = {}
+    for key, value in (("requests", requests), ("limits", limits)):
+        if value == "null":
+            resources[key] = None
+        elif value is not None:
+            resources[key] = value
+    spec = {"name": name, "image": "registry.example/app:1", **extra}
+    if resources:
+        spec["resources"] = resources
+    return spec
+
+
+def gpu_container(name: str = "main", count: str = "1", **extra: Any) -> dict:
+    return container(name, requests={GPU: count, "cpu": "1"}, limits={GPU: count}, **extra)
+
+
+def make_pod(
+    annotations: dict[str, str] | None = None,
+    containers: list[dict] | None = None,
+    init_containers: list[dict] | None = None,
+    ephemeral_containers: list[dict] | None = None,
+    name: str = "trainer",
+) -> dict:
+    metadata: dict[str, Any] = {"name": name, "namespace": "ml", "labels": {"app": "trainer"}}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    spec: dict[str, Any] = {
+        "containers": containers if containers is not None else [gpu_container()],
+        "restartPolicy": "Never",
+    }
+    if init_containers is not None:
+        spec["initContainers"] = init_containers
+    if ephemeral_containers is not None:
+        spec["ephemeralContainers"] = ephemeral_containers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def make_review(
+    pod: dict | None,
+    operation: str = "CREATE",
+    kind: dict | None = None,
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+    dry_run: bool = False,
+    sub_resource: str | None = None,
+) -> dict:
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": kind or POD_KIND,
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": kind or POD_KIND,
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": operation,
+        "namespace": "ml",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": pod,
+        "oldObject": None,
+        "dryRun": dry_run,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def decode_patch(response: dict) -> list[dict]:
+    return json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+
+
+def apply_response(pod: dict, response: dict) -> dict:
+    """The Pod as the API server would persist it after applying the response's patch."""
+    if "patch" not in response:
+        assert "patchType" not in response
+        return copy.deepcopy(pod)
+    assert response["patchType"] == "JSONPatch"
+    return jsonpatch.JsonPatch(decode_patch(response)).apply(pod)
+
+
+def with_resources(pod: dict, list_name: str, index: int, **maps: Any) -> dict:
+    """A copy of `pod` whose container has exactly the given resource maps."""
+    expected = copy.deepcopy(pod)
+    expected["spec"][list_name][index]["resources"] = maps
+    return expected

@@ -1,0 +1,124 @@
+"""Configuration from the environment, validated once at start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from castslice.config import Config, ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults() -> None:
+    assert load_config({}) == Config(
+        shared_resource="nvidia.com/gpu-shared",
+        gpu_resource="nvidia.com/gpu",
+        presets={"training": 4, "inference": 2, "batch": 2, "dev": 1},
+        default_slices=1,
+        max_slice_ratio=1000,
+        path_token=None,
+    )
+
+
+def test_every_variable_is_read() -> None:
+    config = load_config(
+        {
+            "CASTSLICE_SHARED_RESOURCE": "nvidia.com/gpu.shared",
+            "CASTSLICE_GPU_RESOURCE": "example.com/accelerator",
+            "CASTSLICE_PRESETS": " llm = 8 , notebook=1",
+            "CASTSLICE_DEFAULT_SLICES": "2",
+            "CASTSLICE_MAX_SLICE_RATIO": "64",
+            "CASTSLICE_PATH_TOKEN": "Zk3_q-Lm.9~abcdefgh",
+            "UNRELATED": "ignored",
+        }
+    )
+    assert config == Config(
+        shared_resource="nvidia.com/gpu.shared",
+        gpu_resource="example.com/accelerator",
+        presets={"llm": 8, "notebook": 1},
+        default_slices=2,
+        max_slice_ratio=64,
+        path_token="Zk3_q-Lm.9~abcdefgh",
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("CASTSLICE_SHARED_RESOURCE", "gpu-shared", "needs a domain prefix"),
+        ("CASTSLICE_SHARED_RESOURCE", "NVIDIA.com/gpu", "is not a lowercase DNS subdomain"),
+        ("CASTSLICE_SHARED_RESOURCE", "nvidia.com/gpu shared", "must be 1-63 letters"),
+        ("CASTSLICE_SHARED_RESOURCE", "nvidia.com/", "must be 1-63 letters"),
+        ("CASTSLICE_SHARED_RESOURCE", "nvidia.com/" + "a" * 64, "must be 1-63 letters"),
+        ("CASTSLICE_SHARED_RESOURCE", "kubernetes.io/gpu", "reserved for native resources"),
+        ("CASTSLICE_SHARED_RESOURCE", "x.kubernetes.io/gpu", "reserved for native resources"),
+        ("CASTSLICE_SHARED_RESOURCE", "nvidia.com/gpu", "must differ"),
+        ("CASTSLICE_GPU_RESOURCE", "nvidia.com/gpu/x", "must be 1-63 letters"),
+        ("CASTSLICE_GPU_RESOURCE", "", "is set but empty"),
+        ("CASTSLICE_PRESETS", "training", "is not of the form type=slices"),
+        ("CASTSLICE_PRESETS", "training=4,,dev=1", "is not of the form type=slices"),
+        ("CASTSLICE_PRESETS", "=4", "is not of the form type=slices"),
+        ("CASTSLICE_PRESETS", "training=four", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_PRESETS", "training=0", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_PRESETS", "training=2000", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_PRESETS", "dev=1,dev=2", "is listed twice"),
+        ("CASTSLICE_DEFAULT_SLICES", "0", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_DEFAULT_SLICES", "-1", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_DEFAULT_SLICES", "1.5", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_DEFAULT_SLICES", "1001", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_MAX_SLICE_RATIO", "0", "must be a whole number from 1 to 1000000"),
+        ("CASTSLICE_MAX_SLICE_RATIO", "ten", "must be a whole number from 1 to 1000000"),
+        ("CASTSLICE_MAX_SLICE_RATIO", "  ", "is set but empty"),
+        ("CASTSLICE_PATH_TOKEN", "short", "at least 16 characters"),
+        ("CASTSLICE_PATH_TOKEN", "has/slash/in/it/000", "at least 16 characters from"),
+        ("CASTSLICE_PATH_TOKEN", "has?query=1&more=2", "at least 16 characters from"),
+    ],
+)
+def test_invalid_values_name_the_variable(variable: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config({variable: value})
+    assert str(raised.value).startswith(variable)
+    assert message in str(raised.value)
+
+
+def test_max_ratio_bounds_default_and_presets() -> None:
+    with pytest.raises(ConfigError, match=r"CASTSLICE_DEFAULT_SLICES.*from 1 to 8"):
+        load_config({"CASTSLICE_MAX_SLICE_RATIO": "8", "CASTSLICE_DEFAULT_SLICES": "9"})
+    with pytest.raises(ConfigError, match=r"CASTSLICE_PRESETS.*from 1 to 3"):
+        load_config({"CASTSLICE_MAX_SLICE_RATIO": "3"})
+
+
+def test_path_token_is_never_echoed() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config({"CASTSLICE_PATH_TOKEN": "secret/token/value"})
+    assert "secret" not in str(raised.value)
+
+
+def test_invalid_configuration_stops_the_server_at_start() -> None:
+    environment = {**os.environ, "CASTSLICE_MAX_SLICE_RATIO": "lots"}
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            "--target=mutate",
+            "--source=main.py",
+            "--host=127.0.0.1",
+            "--port=0",
+        ],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode != 0
+    assert started.stderr.strip().splitlines()[-1] == (
+        "castslice: invalid configuration: CASTSLICE_MAX_SLICE_RATIO='lots' "
+        "must be a whole number from 1 to 1000000"
+    )

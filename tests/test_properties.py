@@ -1,0 +1,231 @@
+"""Properties over generated Pods and annotations, through the deployed entry point."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import functions_framework
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.factories import GPU, POD_KIND, SHARED, decode_patch, make_review
+
+ROOT = Path(__file__).resolve().parent.parent
+LISTS = ("initContainers", "containers", "ephemeralContainers")
+PRESETS = {"training": 4, "inference": 2, "batch": 2, "dev": 1}
+AUDIT_KEY = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+quantities = st.sampled_from(["1", "2", "0", "4", "100m", "1Gi"]) | st.text(max_size=5)
+resource_names = st.sampled_from(
+    [
+        GPU,
+        SHARED,
+        "cpu",
+        "memory",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.5gb",
+        "nvidia.com/gpumem",
+        "example.com/a~b/c",
+    ]
+)
+ABSENT = object()
+
+
+@st.composite
+def resource_map(draw: st.DrawFn) -> object:
+    shape = draw(st.sampled_from(["absent", "null", "map", "map", "map"]))
+    if shape == "absent":
+        return ABSENT
+    if shape == "null":
+        return None
+    values = draw(st.dictionaries(resource_names, quantities, max_size=3))
+    # Half the maps carry the GPU, so the rewrite gets most of the examples.
+    if draw(st.booleans()):
+        values[GPU] = draw(quantities)
+    return values
+
+
+@st.composite
+def containers(draw: st.DrawFn) -> dict:
+    item: dict = {"name": draw(st.text(min_size=1, max_size=6)), "image": "img"}
+    shape = draw(st.sampled_from(["absent", "null", "maps", "maps", "maps"]))
+    if shape == "null":
+        item["resources"] = None
+    elif shape == "maps":
+        maps = {"requests": draw(resource_map()), "limits": draw(resource_map())}
+        item["resources"] = {key: value for key, value in maps.items() if value is not ABSENT}
+    item["env"] = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.text(min_size=1, max_size=8), "value": st.text(max_size=20)}
+            ),
+            max_size=2,
+        )
+    )
+    if draw(st.booleans()):
+        item["restartPolicy"] = "Always"
+    return item
+
+
+annotation_values = {
+    "castops.io/optimize": st.sampled_from(["true"] * 6 + ["false", "True", ""])
+    | st.text(max_size=5),
+    "castops.io/workload-type": st.sampled_from([*PRESETS, "Training", "gpu", ""])
+    | st.text(max_size=30),
+    "castops.io/slice-ratio": st.sampled_from(
+        ["1", "4", "08", "1000", "1001", "0", "-1", "1.5", " 2", "\u0663"]
+    )
+    | st.text(alphabet="0123456789 +-.x", max_size=25)
+    | st.text(max_size=200),
+    "kubernetes.io/config.mirror": st.just("hash"),
+    "example.com/other": st.text(max_size=10),
+}
+
+
+@st.composite
+def pod_annotations(draw: st.DrawFn) -> dict | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None
+    # Most Pods opt in, so the rewrite gets most of the examples.
+    odds = {
+        "castops.io/optimize": 0.9,
+        "castops.io/workload-type": 0.5,
+        "castops.io/slice-ratio": 0.5,
+        "kubernetes.io/config.mirror": 0.05,
+        "example.com/other": 0.3,
+    }
+    chosen = {}
+    for key, values in annotation_values.items():
+        if draw(st.floats(0, 1)) < odds[key]:
+            opt_in = key == "castops.io/optimize" and draw(st.floats(0, 1)) < 0.8
+            chosen[key] = "true" if opt_in else draw(values)
+    return chosen
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict:
+    metadata = {"name": draw(st.text(min_size=1, max_size=10)), "namespace": "ns"}
+    chosen = draw(pod_annotations())
+    if chosen is not None:
+        metadata["annotations"] = chosen
+    spec: dict = {}
+    for list_name in LISTS:
+        shape = draw(st.sampled_from(["absent", "null", "list", "list"]))
+        if shape == "null":
+            spec[list_name] = None
+        elif shape == "list":
+            spec[list_name] = draw(st.lists(containers(), min_size=1, max_size=3))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+reviews = st.builds(
+    lambda pod, operation, kind, dry_run, uid: make_review(
+        pod, operation=operation, kind=kind, dry_run=dry_run, uid=uid
+    ),
+    pods(),
+    st.sampled_from(["CREATE"] * 7 + ["UPDATE", "DELETE", "CONNECT"]),
+    st.sampled_from([POD_KIND] * 7 + [{"group": "apps", "version": "v1", "kind": "Deployment"}]),
+    st.booleans(),
+    st.text(min_size=1, max_size=40),
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    return functions_framework.create_app(
+        target="mutate", source=str(ROOT / "main.py")
+    ).test_client()
+
+
+def answer(client, review: dict) -> dict:
+    reply = client.post("/?timeout=5s", data=json.dumps(review), content_type="application/json")
+    assert reply.status_code == 200 and reply.mimetype == "application/json"
+    body = reply.get_json()
+    assert set(body) == {"apiVersion", "kind", "response"}
+    assert (body["apiVersion"], body["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    response = body["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert response["allowed"] is True
+    assert set(response) <= {"uid", "allowed", "patchType", "patch", "warnings", "auditAnnotations"}
+    assert ("patch" in response) == ("patchType" in response)
+    for warning in response.get("warnings", []):
+        assert 0 < len(warning) <= 120 and warning.isprintable() and "\n" not in warning
+    for key in response.get("auditAnnotations", {}):
+        assert AUDIT_KEY.fullmatch(key) and "/" not in key
+    return response
+
+
+def expected_slices(annotations: dict) -> int:
+    ratio = annotations.get("castops.io/slice-ratio", "")
+    if re.fullmatch(r"[0-9]+", ratio) and 1 <= int(ratio) <= 1000:
+        return int(ratio)
+    return PRESETS.get(annotations.get("castops.io/workload-type"), 1)
+
+
+def resource_places(pod: dict):
+    """(place, container, map name, map) for every requests/limits map of every container."""
+    for list_name in LISTS:
+        for index, item in enumerate(pod["spec"].get(list_name) or []):
+            for field in ("requests", "limits"):
+                yield (
+                    (list_name, index, field),
+                    item,
+                    field,
+                    (item.get("resources") or {}).get(field),
+                )
+
+
+def without_gpu_keys(pod: dict) -> dict:
+    """The Pod with both GPU keys and any map left empty by that removed."""
+    stripped = copy.deepcopy(pod)
+    for _, item, field, values in resource_places(stripped):
+        if values is not None:
+            values.pop(GPU, None)
+            values.pop(SHARED, None)
+            if not values:
+                item["resources"].pop(field)
+        elif item.get("resources") and field in item["resources"]:
+            item["resources"].pop(field)
+    return stripped
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(review=reviews)
+def test_every_review_is_allowed_and_every_patch_is_exact(client, review: dict) -> None:
+    pod = review["request"]["object"]
+    response = answer(client, review)
+    patched = jsonpatch.JsonPatch(decode_patch(response)).apply(pod)
+
+    annotations = pod["metadata"].get("annotations") or {}
+    eligible = (
+        review["request"]["operation"] == "CREATE"
+        and review["request"]["kind"] == POD_KIND
+        and annotations.get("castops.io/optimize") == "true"
+        and "kubernetes.io/config.mirror" not in annotations
+    )
+    if not eligible:
+        assert "patch" not in response and patched == pod
+        return
+
+    quantity = str(expected_slices(annotations))
+    had_gpu = [place for place, _, _, values in resource_places(pod) if values and GPU in values]
+    for place, item, _, values in resource_places(patched):
+        assert not values or GPU not in values
+        if place in had_gpu:
+            assert values[SHARED] == quantity
+            # What the API server validates: the shared resource is a limit, and a
+            # request, if any, equals it.
+            assert item["resources"]["limits"][SHARED] == quantity
+            assert (item["resources"].get("requests") or {}).get(SHARED, quantity) == quantity
+    assert without_gpu_keys(patched) == without_gpu_keys(pod)
+    assert ("patch" in response) == bool(had_gpu)
+
+    # Running on its own output changes nothing.
+    again = copy.deepcopy(review)
+    again["request"]["object"] = patched
+    assert "patch" not in answer(client, again)

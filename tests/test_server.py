@@ -1,0 +1,121 @@
+"""The function as production serves it: the functions-framework command, gunicorn, a socket."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.factories import apply_response, make_pod, make_review, opted_in
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            "--target=mutate",
+            "--source=main.py",
+            "--host=127.0.0.1",
+            f"--port={port}",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(process.stderr.read().decode()) from None
+                time.sleep(0.05)
+        yield "127.0.0.1", port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def request(server, method: str, body=None, headers=None, path="/?timeout=5s", chunked=False):
+    connection = http.client.HTTPConnection(*server, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+        reply = connection.getresponse()
+        return reply.status, reply.getheader("Content-Type"), reply.read()
+    finally:
+        connection.close()
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def test_serves_reviews_concurrently(server) -> None:
+    def review(index: int) -> tuple[str, dict]:
+        pod = make_pod(opted_in(**{"castops.io/slice-ratio": str(index % 7 + 1)}))
+        body = json.dumps(make_review(pod, uid=f"uid-{index}"))
+        status, content_type, raw = request(server, "POST", body, JSON)
+        assert (status, content_type) == (200, "application/json")
+        return f"uid-{index}", (pod, json.loads(raw)["response"], str(index % 7 + 1))
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(review, range(200)))
+    for uid, (pod, response, slices) in results:
+        assert response["uid"] == uid
+        limits = apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"]
+        assert limits == {"nvidia.com/gpu-shared": slices}
+
+
+def test_chunked_body_over_the_limit_is_refused_and_serving_goes_on(server) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"apiVersion": "admission.k8s.io/v1", "padding": "'
+        for _ in range(8):
+            yield b"x" * (1024 * 1024)
+        yield b'"}'
+
+    status, content_type, raw = request(server, "POST", chunks(), JSON, chunked=True)
+    assert (status, content_type) == (413, "application/json")
+    assert json.loads(raw) == {"error": "the body is larger than 7340032 bytes (7 MiB)"}
+    valid = json.dumps(make_review(make_pod(opted_in())))
+    assert request(server, "POST", valid, JSON, chunked=True)[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "headers", "status"),
+    [
+        ("POST", b"\x00\x01garbage", JSON, 400),
+        ("POST", b"{}", {"Content-Type": "text/html"}, 415),
+        ("POST", b"", {}, 415),
+        ("PUT", b"{}", JSON, 405),
+        ("DELETE", None, {}, 405),
+        ("POST", b'{"a":' * 200_000 + b"1" + b"}" * 200_000, JSON, 400),
+    ],
+)
+def test_errors_are_json_never_html(server, method, body, headers, status) -> None:
+    got_status, content_type, raw = request(server, method, body, headers)
+    assert (got_status, content_type) == (status, "application/json")
+    assert set(json.loads(raw)) == {"error"}
+    assert request(server, "GET")[0] == 200
