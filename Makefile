@@ -1,0 +1,43 @@
+# Everything a developer runs: `make run` serves the function on :8080,
+# `make test` installs what the tests need and runs all of them.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8080
+
+.PHONY: run test lint unit e2e system-packages bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/functions-framework --target=mutate --source=main.py --port=$(PORT)
+
+test: lint unit e2e
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
+	@echo "lint: ruff check and ruff format found nothing"
+
+unit: $(VENV)/.installed
+	$(BIN)/pytest -q --no-header -p no:cacheprovider tests --ignore=tests/e2e
+
+e2e: $(VENV)/.installed system-packages
+	$(BIN)/pytest -q --no-header -p no:cacheprovider tests/e2e
+
+# nginx terminates TLS in front of the function in the end-to-end suite, as
+# Cloud Run's front end does; Go builds the Kubernetes control plane.
+system-packages:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
+	  echo "installing nginx-light (needs root)"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
+	@command -v go >/dev/null || { echo "Go 1.26+ is required to build the control plane: https://go.dev/dl/"; exit 1; }
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
