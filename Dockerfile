@@ -1,0 +1,36 @@
+# CastSlice admission webhook: the function served by functions-framework.
+#
+#   docker build -t castslice .
+#   docker run --rm -p 8080:8080 castslice
+#
+# Cloud Run and Knative run it as it is (they set PORT and terminate TLS).
+# The in-cluster Deployment runs the same image with
+# `gunicorn --config=python:castslice.tls`, which terminates TLS itself.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+WORKDIR /app
+
+# Dependencies first: this layer is reused until requirements.txt changes.
+COPY requirements.txt ./
+RUN pip install --no-cache-dir -r requirements.txt
+
+COPY main.py ./
+COPY castslice/ ./castslice/
+
+# A numeric, unprivileged user: Kubernetes can only verify runAsNonRoot for a numeric UID.
+# Its home holds gunicorn's control socket (~/.gunicorn) where the filesystem is writable.
+RUN groupadd --system --gid 10001 castslice \
+ && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/castslice \
+      --shell /usr/sbin/nologin castslice
+USER 10001:10001
+
+# functions-framework reads PORT (Cloud Run and Knative set it) and listens on 0.0.0.0.
+ENV PORT=8080
+EXPOSE 8080
+
+CMD ["functions-framework", "--target=mutate", "--source=main.py"]

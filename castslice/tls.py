@@ -1,0 +1,131 @@
+"""gunicorn configuration for serving CastSlice over TLS inside a cluster.
+
+    gunicorn --config python:castslice.tls
+
+On Cloud Run and Knative the platform terminates TLS and the container runs
+`functions-framework`, whose command line has no TLS options. In a cluster the
+API server connects to the Pod directly, so the Pod terminates TLS itself. This
+module runs the same functions-framework app under gunicorn with the
+certificate cert-manager keeps in a Secret.
+
+cert-manager renews that certificate before it expires and the kubelet swaps the
+mounted files (a symlink flip). gunicorn asks for an SSLContext on every new
+connection; `ssl_context` below hands out a cached one and rebuilds it when the
+files change, so the next connection presents the renewed certificate with no
+restart.
+
+gunicorn reads every module-level name that matches one of its settings; the
+helpers are private so that only the settings below are picked up. Command-line
+flags (`--bind`, `--certfile`, `--keyfile`, `--threads`) override them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gunicorn.config import Config
+
+# --- gunicorn settings -------------------------------------------------------
+
+# The same app `functions-framework --target=mutate --source=main.py` serves.
+wsgi_app = "functions_framework:create_app(target='mutate', source='main.py')"
+bind = ["0.0.0.0:8443"]
+worker_class = "gthread"
+workers = 1
+threads = 8
+# The API server gives the webhook 5 s; a request still running after 30 s is stuck.
+timeout = 30
+graceful_timeout = 20
+# Where the Deployment mounts the cert-manager Secret (keys tls.crt and tls.key).
+certfile = "/etc/castslice/tls/tls.crt"
+keyfile = "/etc/castslice/tls/tls.key"
+# Nothing in a Pod uses gunicorn's control socket, and the root filesystem is read-only.
+control_socket_disable = True
+loglevel = "info"
+
+MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+
+_log = logging.getLogger("gunicorn.error")
+
+ContextFactory = Callable[[], ssl.SSLContext]
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    """What identifies one version of a file: a replaced or rewritten file gets a new stamp."""
+
+    device: int
+    inode: int
+    size: int
+    modified_ns: int
+
+    @classmethod
+    def of(cls, path: str) -> _Stamp:
+        # stat() follows symlinks, so the kubelet's flip of `..data` shows as a new inode.
+        status = os.stat(path)
+        return cls(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+def _stamps(certfile: str, keyfile: str | None) -> tuple[_Stamp, ...] | None:
+    """The stamps of the certificate and key files, or None while one cannot be read."""
+    try:
+        return tuple(_Stamp.of(path) for path in (certfile, keyfile) if path)
+    except OSError:
+        return None
+
+
+class ReloadingContext:
+    """Hands out an SSLContext for the current certificate files; safe to share between threads.
+
+    The context is rebuilt only when the files' stamps change. A pair that cannot
+    be loaded (cert and key from different versions, a half-written file) is not
+    fatal: the last good context keeps serving and the load is retried once the
+    files change again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self._loaded: tuple[_Stamp, ...] | None = None
+        self._rejected: tuple[_Stamp, ...] | None = None
+
+    def get(self, certfile: str, keyfile: str | None, factory: ContextFactory) -> ssl.SSLContext:
+        with self._lock:
+            stamps = _stamps(certfile, keyfile)
+            if self._context is not None and stamps in (None, self._loaded, self._rejected):
+                return self._context
+            try:
+                context = harden(factory())
+            except (OSError, ssl.SSLError) as error:
+                if self._context is None:
+                    raise
+                self._rejected = stamps
+                _log.warning(
+                    "TLS certificate not reloaded, still serving the previous one: %s", error
+                )
+                return self._context
+            if self._context is not None:
+                _log.info("TLS certificate reloaded from %s", certfile)
+            self._context, self._loaded, self._rejected = context, stamps, None
+            return context
+
+
+def harden(context: ssl.SSLContext) -> ssl.SSLContext:
+    """Refuse anything older than TLS 1.2 (the API server speaks 1.2 and 1.3)."""
+    context.minimum_version = max(context.minimum_version, MINIMUM_TLS_VERSION)
+    return context
+
+
+_contexts = ReloadingContext()
+
+
+def ssl_context(conf: Config, default_ssl_context_factory: ContextFactory) -> ssl.SSLContext:
+    """gunicorn server hook, called for every new TLS connection."""
+    return _contexts.get(conf.certfile, conf.keyfile, default_ssl_context_factory)

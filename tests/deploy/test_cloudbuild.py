@@ -1,0 +1,158 @@
+"""cloudbuild.yaml: the steps, the image tag and the substitutions, and its shell
+scripts run for real (with `docker` and `gcloud` replaced by recorders)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .variants import ROOT, load_yaml
+
+CLOUDBUILD = load_yaml(ROOT / "cloudbuild.yaml")
+STEPS = {step["id"]: step for step in CLOUDBUILD["steps"]}
+
+# Cloud Build's own substitutions (https://cloud.google.com/build/docs/configuring-builds/
+# substitute-variable-values); the trigger ones are empty in a manual build.
+BUILT_IN = {
+    "PROJECT_ID", "BUILD_ID", "PROJECT_NUMBER", "LOCATION", "TRIGGER_NAME", "COMMIT_SHA",
+    "REVISION_ID", "SHORT_SHA", "REPO_NAME", "REPO_FULL_NAME", "BRANCH_NAME", "TAG_NAME",
+    "REF_NAME", "TRIGGER_BUILD_CONFIG_PATH", "SERVICE_ACCOUNT_EMAIL", "SERVICE_ACCOUNT",
+}  # fmt: skip
+_REFERENCE = re.compile(r"\$(?:\$|\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
+BUILD_ID = "0b1d2c3e-5f60-4a7b-8c9d-0e1f2a3b4c5d"
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    """What Cloud Build does to a step's args: `$$` is `$`, `$VAR`/`${VAR}` its value."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return values[match.group(1) or match.group(2)]
+
+    return _REFERENCE.sub(replace, text)
+
+
+def references(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return {a or b for a, b in _REFERENCE.findall(value) if a or b}
+    if isinstance(value, list):
+        return set().union(*map(references, value)) if value else set()
+    if isinstance(value, dict):
+        return references(list(value.values()))
+    return set()
+
+
+def test_user_substitutions_have_defaults() -> None:
+    substitutions = CLOUDBUILD["substitutions"]
+    assert {"_REGION", "_REPOSITORY", "_SERVICE"} <= substitutions.keys()
+    assert all(isinstance(value, str) and value for value in substitutions.values())
+
+
+def test_every_reference_is_a_built_in_or_a_declared_substitution() -> None:
+    # Cloud Build rejects a build whose template names an unknown variable;
+    # shell variables are written `$$name`.
+    declared = set(CLOUDBUILD["substitutions"])
+    assert references(CLOUDBUILD["steps"]) <= BUILT_IN | declared
+    for step in CLOUDBUILD["steps"]:
+        for arg in step.get("args", []):
+            assert not re.search(r"(?<!\$)\$(?![${A-Za-z0-9_])", arg.replace("$$", "")), arg
+
+
+def test_the_tests_run_before_anything_is_built_or_deployed() -> None:
+    order = [step["id"] for step in CLOUDBUILD["steps"]]
+    assert order == ["test", "image-name", "build", "push", "deploy"]
+    # No step starts early: without waitFor each step waits for all before it.
+    assert all("waitFor" not in step for step in CLOUDBUILD["steps"])
+    script = " ".join(STEPS["test"]["args"])
+    assert "-r requirements-dev.txt" in script
+    assert "pytest" in script
+
+
+def test_the_build_uses_the_dockerfile_and_deploys_with_gcloud_run() -> None:
+    assert STEPS["build"]["name"] == "gcr.io/cloud-builders/docker"
+    assert "docker build" in " ".join(STEPS["build"]["args"])
+    assert "docker push" in " ".join(STEPS["push"]["args"])
+    assert "gcloud run deploy" in " ".join(STEPS["deploy"]["args"])
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> dict[str, Path]:
+    """A stand-in for /workspace, and `docker` and `gcloud` that record their arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("docker", "gcloud"):
+        script = bin_dir / tool
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "{tool} $*" >> "{tmp_path}/calls"\n'
+            # A missing service: `gcloud run services describe` fails.
+            f'case "$*" in *"services describe"*) [ -e "{tmp_path}/no-service" ] && exit 1;; esac\n'
+            "exit 0\n"
+        )
+        script.chmod(0o755)
+    return {"root": tmp_path, "bin": bin_dir, "calls": tmp_path / "calls"}
+
+
+def run_step(
+    step_id: str, values: dict[str, str], workspace: dict[str, Path]
+) -> subprocess.CompletedProcess[str]:
+    """Run one step's bash script after Cloud Build's substitution, /workspace redirected."""
+    step = STEPS[step_id]
+    assert step.get("entrypoint") == "bash"
+    args = [substitute(arg, values) for arg in step["args"]]
+    args = [arg.replace("/workspace/", f"{workspace['root']}/") for arg in args]
+    bash = shutil.which("bash")
+    assert bash, "bash is needed to run the build scripts"
+    return subprocess.run(
+        [bash, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PATH": f"{workspace['bin']}{os.pathsep}{os.environ['PATH']}"},
+        timeout=30,
+    )
+
+
+def build_values(short_sha: str) -> dict[str, str]:
+    values = {name: "" for name in BUILT_IN}
+    values.update(CLOUDBUILD["substitutions"])
+    values.update(PROJECT_ID="sample-project", BUILD_ID=BUILD_ID, SHORT_SHA=short_sha)
+    return values
+
+
+@pytest.mark.parametrize(("short_sha", "tag"), [("3f2a9c1", "3f2a9c1"), ("", f"manual-{BUILD_ID}")])
+def test_the_image_is_tagged_with_the_commit_or_the_build_and_deployed(
+    workspace: dict[str, Path], short_sha: str, tag: str
+) -> None:
+    values = build_values(short_sha)
+    for step_id in ("image-name", "build", "push", "deploy"):
+        result = run_step(step_id, values, workspace)
+        assert result.returncode == 0, result.stderr
+
+    image = f"europe-west1-docker.pkg.dev/sample-project/castslice/castslice:{tag}"
+    assert (workspace["root"] / "image").read_text().strip() == image
+    calls = workspace["calls"].read_text().splitlines()
+    assert calls == [
+        f"docker build --tag {image} .",
+        f"docker push {image}",
+        "gcloud run services describe castslice --region=europe-west1 --format=value(name)",
+        f"gcloud run deploy castslice --image={image} --region=europe-west1 --quiet",
+    ]
+
+
+def test_the_deploy_step_never_creates_a_service(workspace: dict[str, Path]) -> None:
+    (workspace["root"] / "no-service").touch()
+    (workspace["root"] / "image").write_text(
+        "europe-west1-docker.pkg.dev/p/castslice/castslice:x\n"
+    )
+    result = run_step("deploy", build_values("abc"), workspace)
+    assert result.returncode != 0
+    assert "create it with Terraform" in result.stderr
+    assert "run deploy" not in workspace["calls"].read_text()

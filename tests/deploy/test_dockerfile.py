@@ -1,0 +1,170 @@
+"""The Dockerfile, parsed; and its command run on exactly the files it copies."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .variants import ROOT
+
+# How the function is started in production and by the end-to-end suite
+# (which adds --host and --port).
+START_COMMAND = ["functions-framework", "--target=mutate", "--source=main.py"]
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, arguments = line.partition(" ")
+            pairs.append((keyword.upper(), arguments.strip()))
+    return pairs
+
+
+DOCKERFILE = instructions(ROOT / "Dockerfile")
+
+
+def arguments_of(keyword: str) -> list[str]:
+    return [arguments for instruction, arguments in DOCKERFILE if instruction == keyword]
+
+
+def test_the_base_is_python_3_11_slim() -> None:
+    assert arguments_of("FROM") == ["python:3.11-slim"]
+
+
+def test_only_the_runtime_requirements_are_installed() -> None:
+    (install,) = [run for run in arguments_of("RUN") if "pip install" in run]
+    assert install == "pip install --no-cache-dir -r requirements.txt"
+
+
+def test_it_runs_as_a_numeric_non_root_user() -> None:
+    users = arguments_of("USER")
+    assert users, "no USER: the image would run as root"
+    user, _, group = users[-1].partition(":")
+    assert user.isdigit() and int(user) != 0
+    assert not group or (group.isdigit() and int(group) != 0)
+    # Nothing after the last USER runs as root again.
+    last_user = max(i for i, (keyword, _) in enumerate(DOCKERFILE) if keyword == "USER")
+    assert all(keyword != "RUN" for keyword, _ in DOCKERFILE[last_user:])
+
+
+def test_the_command_is_the_one_production_and_the_e2e_suite_run() -> None:
+    assert not arguments_of("ENTRYPOINT")
+    (command,) = arguments_of("CMD")
+    assert json.loads(command) == START_COMMAND  # exec form: signals reach the server
+    assert "PORT=8080" in " ".join(arguments_of("ENV"))
+
+
+def e2e_start_commands() -> list[list[str]]:
+    """The argument lists in tests/e2e that start the function (string literals only)."""
+    commands = []
+    for path in (ROOT / "tests" / "e2e").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.List):
+                words = [n.value for n in node.elts if isinstance(n, ast.Constant)]
+                if any(str(word).startswith("--target") for word in words):
+                    commands.append([str(word) for word in words])
+    return commands
+
+
+def test_the_e2e_suite_starts_the_same_program_and_target() -> None:
+    commands = e2e_start_commands()
+    assert commands, "the end-to-end suite must start functions-framework"
+    for command in commands:
+        if "-m" in command:
+            module = command[command.index("-m") + 1]
+            program, flags = module.replace("_", "-"), command[command.index("-m") + 2 :]
+        else:
+            program, flags = command[0], command[1:]
+        flags = [flag for flag in flags if not flag.startswith(("--host", "--port"))]
+        assert [program, *flags] == START_COMMAND
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Whether .dockerignore keeps `path` out of the build context (last match wins)."""
+    excluded = False
+    for pattern in (ROOT / ".dockerignore").read_text().splitlines():
+        pattern = pattern.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        if any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes):
+            excluded = not negated
+    return excluded
+
+
+def copied_sources() -> list[str]:
+    sources = []
+    for arguments in arguments_of("COPY"):
+        *paths, _destination = arguments.split()
+        sources += [path.rstrip("/") for path in paths]
+    return sources
+
+
+def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
+    assert set(copied_sources()) == {"requirements.txt", "main.py", "castslice"}
+    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/webhook.py"):
+        assert not dockerignore_excludes(source), source
+    for private in (".git/config", ".venv/bin/python", "tests/conftest.py", "infra/main.tf"):
+        assert dockerignore_excludes(private), private
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_command_serves_from_the_copied_files_on_port(tmp_path: Path) -> None:
+    # The image's /app: only what the Dockerfile copies.
+    app = tmp_path / "app"
+    app.mkdir()
+    for source in copied_sources():
+        origin = ROOT / source
+        if origin.is_dir():
+            shutil.copytree(origin, app / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(origin, app / source)
+
+    program = Path(sys.executable).with_name(START_COMMAND[0])
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASTSLICE_", "PYTHON"))}
+    # functions-framework listens on 0.0.0.0 by default; --host keeps the test on loopback.
+    server = subprocess.Popen(
+        [str(program), *START_COMMAND[1:], "--host=127.0.0.1"],
+        cwd=app,
+        env={**env, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+                    health = json.load(reply)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline, "functions-framework did not start"
+                time.sleep(0.1)
+        assert health["status"] == "ok"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

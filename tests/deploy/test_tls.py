@@ -1,0 +1,357 @@
+"""The in-cluster TLS server (gunicorn --config python:castslice.tls), run for real
+on 127.0.0.1: TLS 1.2+ only, and a replaced certificate is served to the next
+connection without a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gunicorn.config
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+import castslice.tls
+
+from .variants import ROOT
+
+HOST = "castslice.castslice.svc"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A self-signed certificate and its key, PEM encoded."""
+
+    cert: bytes
+    key: bytes
+
+    @property
+    def der(self) -> bytes:
+        return x509.load_pem_x509_certificate(self.cert).public_bytes(serialization.Encoding.DER)
+
+
+def new_pair(serial: int) -> Pair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Pair(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+class SecretVolume:
+    """Files laid out as the kubelet mounts a Secret: tls.crt -> ..data/tls.crt, with
+    ..data a symlink to a timestamped directory that is swapped on every update."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.versions = 0
+        for name in ("tls.crt", "tls.key"):
+            (root / name).symlink_to(Path("..data") / name)
+
+    @property
+    def certfile(self) -> Path:
+        return self.root / "tls.crt"
+
+    @property
+    def keyfile(self) -> Path:
+        return self.root / "tls.key"
+
+    def update(self, pair: Pair) -> None:
+        self.versions += 1
+        version = self.root / f"..2026_01_01_00_00_{self.versions:02d}"
+        version.mkdir()
+        (version / "tls.crt").write_bytes(pair.cert)
+        (version / "tls.key").write_bytes(pair.key)
+        staged = self.root / "..data_tmp"
+        staged.symlink_to(version.name)
+        os.replace(staged, self.root / "..data")  # the kubelet's atomic flip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def client_context(version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    """A client that accepts any certificate (the test reads it) and, if given, one version."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if version is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1, on purpose
+            context.minimum_version = context.maximum_version = version
+        if version < ssl.TLSVersion.TLSv1_2:
+            # Let this client offer old protocols at all (OpenSSL 3 refuses by default).
+            context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    return context
+
+
+def handshake(port: int, context: ssl.SSLContext) -> tuple[bytes, str]:
+    """Connect, complete a TLS handshake and return the server's certificate and the version."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=HOST) as tls,
+    ):
+        return tls.getpeercert(binary_form=True), tls.version()
+
+
+@dataclass
+class Server:
+    port: int
+    volume: SecretVolume
+
+
+def image_app(directory: Path) -> Path:
+    """What the image holds in /app (the Dockerfile copies main.py and castslice/)."""
+    app = directory / "app"
+    app.mkdir()
+    shutil.copy(ROOT / "main.py", app)
+    shutil.copytree(
+        ROOT / "castslice", app / "castslice", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return app
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    volume = SecretVolume(tmp_path_factory.mktemp("tls"))
+    volume.update(new_pair(1))
+    app = image_app(tmp_path_factory.mktemp("image"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASTSLICE_", "GUNICORN_"))}
+    # The Deployment's command, with the address and the files moved for the test.
+    command = [str(Path(sys.executable).with_name("gunicorn")), "--config=python:castslice.tls"]
+    process = subprocess.Popen(
+        [
+            *command,
+            f"--bind=127.0.0.1:{port}",
+            f"--certfile={volume.certfile}",
+            f"--keyfile={volume.keyfile}",
+        ],
+        cwd=app,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                handshake(port, client_context())
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read().decode()
+                assert time.monotonic() < deadline, "the TLS server did not start"
+                time.sleep(0.1)
+        yield Server(port, volume)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_it_serves_the_function_over_tls(server: Server) -> None:
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=client_context(), timeout=5
+    )
+    try:
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read())["status"] == "ok"
+    finally:
+        connection.close()
+
+
+def test_a_renewed_certificate_is_served_to_the_next_connection(server: Server) -> None:
+    first, second = new_pair(10), new_pair(11)
+    server.volume.update(first)
+    assert handshake(server.port, client_context())[0] == first.der
+    server.volume.update(second)
+    assert handshake(server.port, client_context())[0] == second.der
+
+
+def test_files_replaced_in_place_are_picked_up_too(server: Server) -> None:
+    pair = new_pair(20)
+    server.volume.update(pair)
+    assert handshake(server.port, client_context())[0] == pair.der
+
+    # Overwritten through new files renamed over the old ones (no symlink flip).
+    replacement = new_pair(21)
+    version = (server.volume.root / "..data").resolve()
+    for name, content in (("tls.key", replacement.key), ("tls.crt", replacement.cert)):
+        staged = version / f".{name}.new"
+        staged.write_bytes(content)
+        os.replace(staged, version / name)
+    assert handshake(server.port, client_context())[0] == replacement.der
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_tls_1_2_and_1_3_are_accepted(server: Server, version: ssl.TLSVersion) -> None:
+    assert handshake(server.port, client_context(version))[1] == version.name.replace("v1_", "v1.")
+
+
+@pytest.fixture(scope="module")
+def old_tls_client(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
+    """A TLS 1.1 client, proven able to complete a TLS 1.1 handshake with a server that allows
+    it; where this OpenSSL cannot speak TLS 1.1 at all, refusing it would prove nothing."""
+    directory = tmp_path_factory.mktemp("tls11")
+    pair = new_pair(30)
+    (directory / "tls.crt").write_bytes(pair.cert)
+    (directory / "tls.key").write_bytes(pair.key)
+    permissive = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    permissive.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+    permissive.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1, on purpose
+        permissive.minimum_version = ssl.TLSVersion.TLSv1_1
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def accept_one() -> None:
+        connection, _ = listener.accept()
+        try:
+            with permissive.wrap_socket(connection, server_side=True):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+
+    thread = threading.Thread(target=accept_one, daemon=True)
+    thread.start()
+    client = client_context(ssl.TLSVersion.TLSv1_1)
+    try:
+        version = handshake(port, client)[1]
+    except ssl.SSLError as error:
+        pytest.fail(
+            f"this OpenSSL cannot speak TLS 1.1, so refusal cannot be shown ({error.reason})"
+        )
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+    assert version == "TLSv1.1"
+    return client
+
+
+def test_tls_1_1_is_refused(server: Server, old_tls_client: ssl.SSLContext) -> None:
+    with pytest.raises(ssl.SSLError):
+        handshake(server.port, old_tls_client)
+
+
+class TestReloadingContext:
+    """The reload rules, without a server: a bad pair never replaces a good one."""
+
+    @pytest.fixture
+    def volume(self, tmp_path: Path) -> SecretVolume:
+        volume = SecretVolume(tmp_path)
+        volume.update(new_pair(40))
+        return volume
+
+    @staticmethod
+    def factory(volume: SecretVolume) -> castslice.tls.ContextFactory:
+        def build() -> ssl.SSLContext:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(volume.certfile, volume.keyfile)
+            return context
+
+        return build
+
+    @staticmethod
+    def served(context: ssl.SSLContext) -> bytes:
+        """The certificate `context` presents, read back through an in-memory handshake."""
+        server_in, server_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client_in, client_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        server = context.wrap_bio(server_in, server_out, server_side=True)
+        client = client_context().wrap_bio(client_in, client_out, server_hostname=HOST)
+        for _ in range(10):
+            for endpoint in (client, server):
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    endpoint.do_handshake()
+            server_in.write(client_out.read())
+            client_in.write(server_out.read())
+        return client.getpeercert(binary_form=True)
+
+    def test_the_same_files_give_the_same_context(self, volume: SecretVolume) -> None:
+        contexts = castslice.tls.ReloadingContext()
+        build = self.factory(volume)
+        first = contexts.get(str(volume.certfile), str(volume.keyfile), build)
+        assert contexts.get(str(volume.certfile), str(volume.keyfile), build) is first
+        assert first.minimum_version == ssl.TLSVersion.TLSv1_2
+
+    def test_contexts_refuse_protocols_older_than_tls_1_2(self) -> None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1, on purpose
+            context.minimum_version = ssl.TLSVersion.TLSv1_1
+        assert castslice.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_2
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+        assert castslice.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_3
+
+    def test_a_mismatched_pair_keeps_the_last_good_certificate(self, volume: SecretVolume) -> None:
+        contexts = castslice.tls.ReloadingContext()
+        build = self.factory(volume)
+        good = contexts.get(str(volume.certfile), str(volume.keyfile), build)
+        before = self.served(good)
+
+        # A certificate with another pair's key, as if the two were updated one by one.
+        volume.update(Pair(new_pair(41).cert, new_pair(42).key))
+        assert contexts.get(str(volume.certfile), str(volume.keyfile), build) is good
+        assert self.served(good) == before
+
+        fixed = new_pair(43)
+        volume.update(fixed)
+        reloaded = contexts.get(str(volume.certfile), str(volume.keyfile), build)
+        assert self.served(reloaded) == fixed.der
+
+    def test_without_a_good_certificate_the_error_is_raised(self, volume: SecretVolume) -> None:
+        volume.update(Pair(new_pair(44).cert, new_pair(45).key))
+        with pytest.raises(ssl.SSLError):
+            castslice.tls.ReloadingContext().get(
+                str(volume.certfile), str(volume.keyfile), self.factory(volume)
+            )
+
+
+def test_only_intended_names_are_read_as_gunicorn_settings() -> None:
+    # gunicorn takes every module-level name of the config module that is a setting.
+    known = {setting.name for setting in gunicorn.config.KNOWN_SETTINGS}
+    settings = set(vars(castslice.tls)) & known
+    assert settings == {
+        "wsgi_app", "bind", "worker_class", "workers", "threads", "timeout",
+        "graceful_timeout", "certfile", "keyfile", "control_socket_disable", "loglevel",
+        "ssl_context",
+    }  # fmt: skip

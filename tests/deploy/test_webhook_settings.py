@@ -1,0 +1,137 @@
+"""One source of truth: every variant's webhook registration is the shared file
+(infra/webhook/mutatingwebhookconfiguration.yaml) with only clientConfig replaced."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from .variants import (
+    INFRA,
+    SAMPLE_HOST,
+    SAMPLE_IMAGE,
+    SAMPLE_TOKEN,
+    SHARED_WEBHOOK,
+    assert_webhook_contract,
+    blocks,
+    cloud_run_configuration,
+    load_hcl,
+    load_yaml,
+    of_kind,
+    only,
+    without_client_config,
+)
+
+Build = Callable[[str], list[dict[str, Any]]]
+
+
+def normalized(expression: str) -> str:
+    return re.sub(r"\s+", "", expression)
+
+
+def test_the_shared_settings_meet_the_contract() -> None:
+    assert_webhook_contract(load_yaml(SHARED_WEBHOOK))
+
+
+def test_the_shared_settings_are_a_kustomize_base_of_both_kustomize_variants() -> None:
+    # A directory base inside infra/: no --load-restrictor needed.
+    assert load_yaml(INFRA / "webhook" / "kustomization.yaml")["resources"] == [
+        "mutatingwebhookconfiguration.yaml"
+    ]
+    for variant in ("in-cluster", "knative"):
+        assert "../webhook" in load_yaml(INFRA / variant / "kustomization.yaml")["resources"]
+
+
+def test_in_cluster_differs_from_the_shared_settings_only_in_client_config(
+    kustomize: Build,
+) -> None:
+    objects = kustomize("in-cluster")
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    assert without_client_config(configuration) == without_client_config(load_yaml(SHARED_WEBHOOK))
+    assert_webhook_contract(configuration)
+
+
+def test_in_cluster_calls_the_service_and_gets_its_ca_from_cert_manager(kustomize: Build) -> None:
+    objects = kustomize("in-cluster")
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    service = only(objects, "Service")
+    for webhook in configuration["webhooks"]:
+        # caBundle is injected by cert-manager; url would bypass the Service.
+        assert webhook["clientConfig"] == {
+            "service": {
+                "name": service["metadata"]["name"],
+                "namespace": service["metadata"]["namespace"],
+                "path": "/",
+                "port": service["spec"]["ports"][0]["port"],
+            }
+        }
+
+    source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, _, name = source.partition("/")
+    certificate = next(
+        cert
+        for cert in of_kind(objects, "Certificate")
+        if (cert["metadata"]["namespace"], cert["metadata"]["name"]) == (namespace, name)
+    )
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in certificate["spec"]["dnsNames"]
+
+
+def test_knative_differs_from_the_shared_settings_only_in_client_config(kustomize: Build) -> None:
+    configuration = only(kustomize("knative"), "MutatingWebhookConfiguration")
+    assert without_client_config(configuration) == without_client_config(load_yaml(SHARED_WEBHOOK))
+    assert "annotations" not in configuration["metadata"]
+    assert_webhook_contract(configuration)
+
+
+def test_knative_calls_the_service_url_with_the_token_the_service_expects(
+    kustomize: Build,
+) -> None:
+    objects = kustomize("knative")
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    knative_service = only(objects, "Service")
+    container = knative_service["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["value"] for item in container["env"]}
+
+    assert container["image"] == SAMPLE_IMAGE
+    assert env["CASTSLICE_PATH_TOKEN"] == SAMPLE_TOKEN
+    for webhook in configuration["webhooks"]:
+        assert webhook["clientConfig"] == {"url": f"https://{SAMPLE_HOST}/{SAMPLE_TOKEN}"}
+        url = urlsplit(webhook["clientConfig"]["url"])
+        assert (url.scheme, url.query, url.fragment) == ("https", "", "")
+        assert url.path.rstrip("/").rpartition("/")[2] == env["CASTSLICE_PATH_TOKEN"]
+
+
+def test_terraform_applies_the_shared_file_with_only_the_url_replaced() -> None:
+    main = load_hcl(INFRA / "main.tf")
+    local = {key: value for block in main["locals"] for key, value in block.items()}
+
+    assert local["webhook_settings"] == (
+        '${yamldecode(file("${path.module}/webhook/mutatingwebhookconfiguration.yaml"))}'
+    )
+    assert (INFRA / "webhook" / "mutatingwebhookconfiguration.yaml") == SHARED_WEBHOOK
+    # Each webhook of the shared file, with clientConfig set to {url} and nothing else.
+    assert normalized(local["webhook_manifest"]) == normalized(
+        "${merge(local.webhook_settings, {webhooks = [for webhook in "
+        "local.webhook_settings.webhooks : merge(webhook, "
+        "{clientConfig = {url = local.webhook_url}})]})}"
+    )
+    # The service URI, then the token as the last path segment; no caBundle anywhere.
+    assert local["webhook_url"] == (
+        "${google_cloud_run_v2_service.castslice.uri}/${random_password.path_token.result}"
+    )
+    manifest = blocks(main, "resource")["kubernetes_manifest"]["webhook"]["manifest"]
+    assert manifest == "${local.webhook_manifest}"
+    assert "caBundle" not in (INFRA / "main.tf").read_text()
+
+
+def test_terraform_rendering_keeps_every_contract_setting() -> None:
+    # What `merge(webhook, {clientConfig = {url = ...}})` produces from the shared file.
+    rendered = cloud_run_configuration()
+    assert without_client_config(rendered) == without_client_config(load_yaml(SHARED_WEBHOOK))
+    assert_webhook_contract(rendered)
+    for webhook in rendered["webhooks"]:
+        url = urlsplit(webhook["clientConfig"]["url"])
+        assert (url.scheme, url.query, url.fragment) == ("https", "", "")

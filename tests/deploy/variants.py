@@ -1,0 +1,152 @@
+"""The three shipped variants as data: rendering, and the webhook contract they must keep.
+
+Plain functions (no fixtures), shared by tests/deploy and the end-to-end check
+that applies the rendered configurations to a real API server.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import yaml
+from hcl2.utils import SerializationOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+SHARED_WEBHOOK = INFRA / "webhook" / "mutatingwebhookconfiguration.yaml"
+KUSTOMIZE_VARIANTS = ("in-cluster", "knative")
+
+# What the sample settings files put into the variants.
+SAMPLE_IMAGE = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice:0123abc"
+SAMPLE_HOST = "castslice.castslice.knative.example.com"
+SAMPLE_TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
+SAMPLE_CLOUD_RUN_URI = "https://castslice-7q2x5c3kfa-ew.a.run.app"
+
+# The settings file each kustomize variant reads (castslice.env, never committed).
+VARIANT_SETTINGS = {
+    "in-cluster": f"IMAGE={SAMPLE_IMAGE}\n",
+    "knative": f"IMAGE={SAMPLE_IMAGE}\nHOST={SAMPLE_HOST}\nCASTSLICE_PATH_TOKEN={SAMPLE_TOKEN}\n",
+}
+
+_HCL_OPTIONS = SerializationOptions(
+    with_comments=False, strip_string_quotes=True, explicit_blocks=False
+)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def load_hcl(path: Path) -> dict[str, Any]:
+    return hcl2.loads(path.read_text(), serialization_options=_HCL_OPTIONS)
+
+
+def blocks(document: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Merge the `kind` blocks of a parsed HCL file into one {label: body} mapping."""
+    merged: dict[str, Any] = {}
+    for block in document.get(kind, []):
+        merged.update(block)
+    return merged
+
+
+def copy_infra(destination: Path) -> Path:
+    """A copy of infra/ with sample castslice.env files, as a user would have it."""
+    copy = destination / "infra"
+    shutil.copytree(INFRA, copy, ignore=shutil.ignore_patterns(".terraform", "*.tfstate*"))
+    for variant, settings in VARIANT_SETTINGS.items():
+        (copy / variant / "castslice.env").write_text(settings)
+    return copy
+
+
+def render(kubectl: str | Path, infra: Path, variant: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize` one variant directory; the objects it would apply."""
+    result = subprocess.run(
+        [str(kubectl), "kustomize", str(infra / variant)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {variant} failed:\n{result.stderr}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def cloud_run_configuration(service_uri: str = SAMPLE_CLOUD_RUN_URI) -> dict[str, Any]:
+    """What infra/main.tf applies: the shared file, each clientConfig set to {url}."""
+    settings = load_yaml(SHARED_WEBHOOK)
+    url = f"{service_uri}/{SAMPLE_TOKEN}"
+    webhooks = [{**webhook, "clientConfig": {"url": url}} for webhook in settings["webhooks"]]
+    return {**settings, "webhooks": webhooks}
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = of_kind(objects, kind)
+    assert len(matches) == 1, f"expected one {kind}, found {len(matches)}"
+    return matches[0]
+
+
+def containers(pod_spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield from pod_spec.get("initContainers", [])
+    yield from pod_spec["containers"]
+
+
+def without_client_config(configuration: dict[str, Any]) -> dict[str, Any]:
+    """The webhook settings a variant must share: everything except clientConfig and
+    the annotations a variant may add (cert-manager's CA injection)."""
+    metadata = {k: v for k, v in configuration["metadata"].items() if k != "annotations"}
+    webhooks = [
+        {k: v for k, v in webhook.items() if k != "clientConfig"}
+        for webhook in configuration["webhooks"]
+    ]
+    return {**configuration, "metadata": metadata, "webhooks": webhooks}
+
+
+def assert_webhook_contract(configuration: dict[str, Any]) -> None:
+    """Every setting the contract requires of a shipped webhook registration."""
+    assert configuration["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert configuration["kind"] == "MutatingWebhookConfiguration"
+    assert configuration["webhooks"], "no webhook in the configuration"
+    for webhook in configuration["webhooks"]:
+        labels = webhook["name"].split(".")
+        assert len(labels) >= 3, webhook["name"]
+        assert all(_DNS_LABEL.fullmatch(label) for label in labels), webhook["name"]
+        assert webhook["rules"] == [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "*",
+            }
+        ]
+        assert webhook["failurePolicy"] == "Ignore"
+        assert webhook["sideEffects"] == "None"
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert webhook["matchPolicy"] == "Equivalent"
+        assert webhook["reinvocationPolicy"] == "Never"
+        assert webhook["timeoutSeconds"] == 5
+        assert webhook["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", "kube-node-lease", "castslice"],
+                }
+            ]
+        }
+        assert "objectSelector" not in webhook
+        expressions = " ".join(c["expression"] for c in webhook["matchConditions"])
+        assert "object.metadata.annotations['castops.io/optimize'] == 'true'" in expressions
+        assert "!('kubernetes.io/config.mirror' in object.metadata.annotations)" in expressions
