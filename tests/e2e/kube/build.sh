@@ -16,13 +16,22 @@ for t in "${tools[@]}"; do [[ -x "$out/$t" ]] || complete=0; done
 if [[ $complete == 0 ]]; then
   mkdir -p "$out.tmp"
   cd "$here"
+  minor="${kube_version#v1.}"; minor="${minor%%.*}"
+  # What the release build stamps in (hack/lib/version.sh), so /version and
+  # `kubectl version` report the pinned release; -s -w drops debug info.
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean"
+  done
   # -trimpath and no VCS stamping keep the build reproducible; the cache key is the version.
-  GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false" CGO_ENABLED=0 \
-    go build -o "$out.tmp/" \
-      k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager \
-      go.etcd.io/etcd/server/v3 >&2
-  mv "$out.tmp/v3" "$out.tmp/etcd"
+  export GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false" CGO_ENABLED=0
+  go build -ldflags "$ldflags" -o "$out.tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver \
+    k8s.io/kubernetes/cmd/kube-controller-manager >&2
+  # Named explicitly: go build would call it "server" (the import path's last
+  # element before the /v3 major-version suffix).
+  go build -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
 echo "$out"

@@ -1,0 +1,89 @@
+"""Run the end-to-end environment by hand: `python -m tests.e2e up` (from the repo root).
+
+Starts etcd, kube-apiserver and kube-controller-manager on 127.0.0.1, serves
+CastSlice behind nginx TLS, registers the shipped webhook configuration, prints
+a KUBECONFIG and waits until Ctrl-C, then stops everything. CASTSLICE_*
+variables set in the calling shell configure the CastSlice it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from . import tools
+from .castslice_server import CastSliceServer
+from .cluster import LocalControlPlane
+from .procs import HarnessError
+from .registration import register_and_wait
+
+_EXAMPLE = """\
+kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  annotations:
+    castops.io/optimize: "true"
+    castops.io/workload-type: training
+spec:
+  containers:
+    - name: app
+      image: registry.invalid/app:1
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+EOF
+kubectl get pod trainer -o jsonpath='{.spec.containers[0].resources}'; echo"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.e2e", description=__doc__)
+    parser.add_argument("command", choices=["up"], help="start everything and wait for Ctrl-C")
+    parser.parse_args(argv)
+    # SIGTERM (from a process manager) must run the same cleanup as Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _up()
+    except tools.MissingTool as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _up() -> int:
+    nginx = tools.nginx()
+    binaries = tools.kube_binaries(on_build=lambda message: print(message, flush=True))
+    settings = {key: value for key, value in os.environ.items() if key.startswith("CASTSLICE_")}
+    token = settings.get("CASTSLICE_PATH_TOKEN", "")
+    with LocalControlPlane(binaries) as plane, CastSliceServer(nginx, settings) as server:
+        api = plane.api_client()
+        register_and_wait(api, server, path=token)
+        print(
+            f"\nAPI server:     {plane.server_url}\n"
+            f"CastSlice:      {server.url(token)}\n"
+            f"request log:    {server.workdir}/logs/castslice.out\n"
+            f"cluster logs:   {plane.logs}\n\n"
+            f"export KUBECONFIG={plane.kubeconfig}\n\n{_EXAMPLE}\n\n"
+            "Ctrl-C stops everything.",
+            flush=True,
+        )
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            print("\nstopping…", flush=True)
+    return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Building GPU Pods and reading back exactly what the API server stored."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kubernetes.client
+
+from .procs import wait_until
+
+Manifest = dict[str, Any]
+
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu-shared"
+OPTIMIZE = "castops.io/optimize"
+WORKLOAD_TYPE = "castops.io/workload-type"
+SLICE_RATIO = "castops.io/slice-ratio"
+# Never pulled: no kubelet runs, and the .invalid domain cannot resolve anyway.
+IMAGE = "registry.invalid/castslice-e2e/app:1"
+
+
+def container(
+    name: str,
+    *,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    **fields: Any,
+) -> Manifest:
+    resources: Manifest = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": name, "image": IMAGE, "resources": resources, **fields}
+
+
+def gpu_container(name: str = "app", gpus: str = "1", **fields: Any) -> Manifest:
+    """A container asking for whole GPUs the usual way: requests and limits alike."""
+    return container(name, requests={"cpu": "100m", GPU: gpus}, limits={GPU: gpus}, **fields)
+
+
+def pod(
+    name: str,
+    containers: list[Manifest],
+    *,
+    annotations: dict[str, str] | None = None,
+    init_containers: list[Manifest] | None = None,
+    labels: dict[str, str] | None = None,
+) -> Manifest:
+    metadata: Manifest = {"name": name}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if labels is not None:
+        metadata["labels"] = labels
+    # The projected token volume gets a random name; without it two Pods of the
+    # same shape have specs that compare equal.
+    spec: Manifest = {"automountServiceAccountToken": False, "containers": containers}
+    if init_containers is not None:
+        spec["initContainers"] = init_containers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def opted_in(**annotations: str) -> dict[str, str]:
+    """`castops.io/optimize: "true"` plus the given annotations (`slice_ratio=` etc.)."""
+    keys = {"slice_ratio": SLICE_RATIO, "workload_type": WORKLOAD_TYPE}
+    return {OPTIMIZE: "true", **{keys[key]: value for key, value in annotations.items()}}
+
+
+def create_pod(
+    api: kubernetes.client.ApiClient, namespace: str, manifest: Manifest, *, dry_run: bool = False
+) -> tuple[Manifest, list[str]]:
+    """Create a Pod and return the object the API server answered with, and its warnings."""
+    core = kubernetes.client.CoreV1Api(api)
+    options: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+    response = core.create_namespaced_pod(namespace, manifest, _preload_content=False, **options)
+    return json.loads(response.data), _warnings(response.headers.getlist("Warning"))
+
+
+def read_pod(api: kubernetes.client.ApiClient, namespace: str, name: str) -> Manifest:
+    """The Pod as stored in etcd, as plain JSON (quantities exactly as persisted)."""
+    core = kubernetes.client.CoreV1Api(api)
+    response = core.read_namespaced_pod(name, namespace, _preload_content=False)
+    return json.loads(response.data)
+
+
+def list_pods(api: kubernetes.client.ApiClient, namespace: str, selector: str) -> list[Manifest]:
+    core = kubernetes.client.CoreV1Api(api)
+    response = core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    return json.loads(response.data)["items"]
+
+
+def pod_exists(api: kubernetes.client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        read_pod(api, namespace, name)
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def resources_of(stored: Manifest) -> dict[str, Manifest]:
+    """`{container name: resources}` over init and regular containers."""
+    spec = stored["spec"]
+    everything = spec.get("initContainers", []) + spec["containers"]
+    return {item["name"]: item.get("resources", {}) for item in everything}
+
+
+def with_resources(spec: Manifest, resources: dict[str, Manifest]) -> Manifest:
+    """A copy of `spec` whose named containers carry the given resources instead."""
+    expected = copy.deepcopy(spec)
+    for item in expected.get("initContainers", []) + expected["containers"]:
+        if item["name"] in resources:
+            item["resources"] = resources[item["name"]]
+    return expected
+
+
+def shared(count: int, **requests: str) -> Manifest:
+    """The resources CastSlice leaves behind: `count` shared slices in requests and limits."""
+    return {
+        "requests": {**requests, SHARED: str(count)},
+        "limits": {SHARED: str(count)},
+    }
+
+
+def _warnings(headers: list[str]) -> list[str]:
+    # RFC 7234 form, as the API server sends them: `299 - "text"`.
+    texts = []
+    for header in headers:
+        code, _, rest = header.partition(" ")
+        agent, _, text = rest.partition(" ")
+        if code == "299" and agent == "-" and len(text) >= 2:
+            texts.append(text[1:-1].replace('\\"', '"').replace("\\\\", "\\"))
+        else:
+            texts.append(header)
+    return texts
+
+
+def create_namespace(api: kubernetes.client.ApiClient, name: str) -> str:
+    """Create `name` unless it exists, and wait until Pods can be created in it.
+
+    The ServiceAccount admission plugin rejects Pods until the controller
+    manager has made the namespace's default ServiceAccount.
+    """
+    core = kubernetes.client.CoreV1Api(api)
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
+    wait_until(
+        lambda: (
+            core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+        ),
+        timeout=30,
+        what=f"the default ServiceAccount in {name}",
+    )
+    return name

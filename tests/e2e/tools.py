@@ -1,0 +1,88 @@
+"""Finding the external programs the harness runs, with install hints when they are missing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .procs import HarnessError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "kube" / "build.sh"
+_BUILDING = (
+    "building kube-apiserver, kube-controller-manager and etcd from source: once per "
+    "version, about 8 minutes on 2 cores (see tests/e2e/kube/build.sh)..."
+)
+
+
+class MissingTool(HarnessError):
+    """A program the end-to-end environment needs is not installed; the message says how."""
+
+
+@dataclass(frozen=True)
+class KubeBinaries:
+    etcd: Path
+    apiserver: Path
+    controller_manager: Path
+
+
+def find_program(name: str, install: str, *, extra_dirs: tuple[str, ...] = ()) -> Path:
+    """The path of `name` on PATH (or in `extra_dirs`), else MissingTool naming `install`."""
+    found = shutil.which(name) or shutil.which(name, path=":".join(extra_dirs))
+    if found is None:
+        raise MissingTool(f"{name} not found; install it with: {install}")
+    return Path(found)
+
+
+def nginx() -> Path:
+    # Debian installs nginx in /usr/sbin, which is not on a normal user's PATH.
+    return find_program(
+        "nginx",
+        "apt-get install -y --no-install-recommends nginx-light  (Debian/Ubuntu)",
+        extra_dirs=("/usr/sbin", "/usr/local/sbin"),
+    )
+
+
+def kubectl() -> Path:
+    return find_program("kubectl", "the kubectl of https://kubernetes.io/docs/tasks/tools/")
+
+
+def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries:
+    """kube-apiserver, kube-controller-manager and etcd, built once and cached by version.
+
+    The first call compiles them from the versions pinned in tests/e2e/kube/go.mod
+    (several minutes; `on_build` is told so), later calls find them in the cache.
+    """
+    try:
+        build = subprocess.Popen(
+            ["bash", str(BUILD_SCRIPT)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except FileNotFoundError:
+        raise MissingTool("bash not found; it runs tests/e2e/kube/build.sh") from None
+    try:
+        stdout, stderr = build.communicate(timeout=2)
+    except subprocess.TimeoutExpired:
+        # A cache hit answers at once: this is the one-time build.
+        if on_build is not None:
+            on_build(_BUILDING)
+        stdout, stderr = build.communicate()
+    if build.returncode != 0:
+        if shutil.which("go") is None:
+            raise MissingTool(
+                "go not found; the Kubernetes binaries are built from source with Go "
+                "(see the go directive in tests/e2e/kube/go.mod): https://go.dev/dl/"
+            )
+        tail = "\n".join(stderr.splitlines()[-30:])
+        raise HarnessError(f"{BUILD_SCRIPT} failed with status {build.returncode}:\n{tail}")
+    directory = Path(stdout.strip().splitlines()[-1])
+    return KubeBinaries(
+        etcd=directory / "etcd",
+        apiserver=directory / "kube-apiserver",
+        controller_manager=directory / "kube-controller-manager",
+    )
