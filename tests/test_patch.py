@@ -11,6 +11,13 @@ from castslice.patch import build_patch, escape_pointer_token
 from tests.factories import GPU, SHARED, container, gpu_container, make_pod
 
 SIDECAR = {"restartPolicy": "Always"}
+LOOK_ALIKES = {
+    "nvidia.com/gpu.shared": "1",
+    "nvidia.com/mig-1g.5gb": "1",
+    "nvidia.com/gpumem": "8",
+    "nvidia.com/GPU": "1",
+    "example.com/gpu": "1",
+}
 
 
 def rewrite(pod: dict, slices: int = 4) -> dict:
@@ -78,28 +85,8 @@ CASES = {
         ],
     ),
     "look-alike resources untouched": (
-        [
-            container(
-                limits={
-                    "nvidia.com/gpu.shared": "1",
-                    "nvidia.com/mig-1g.5gb": "1",
-                    "nvidia.com/gpumem": "8",
-                    "nvidia.com/GPU": "1",
-                    "example.com/gpu": "1",
-                }
-            )
-        ],
-        [
-            container(
-                limits={
-                    "nvidia.com/gpu.shared": "1",
-                    "nvidia.com/mig-1g.5gb": "1",
-                    "nvidia.com/gpumem": "8",
-                    "nvidia.com/GPU": "1",
-                    "example.com/gpu": "1",
-                }
-            )
-        ],
+        [container(limits=LOOK_ALIKES)],
+        [container(limits=LOOK_ALIKES)],
     ),
     "already rewritten": (
         [container(requests={SHARED: "4"}, limits={SHARED: "4"})],
