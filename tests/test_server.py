@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,48 +12,24 @@ from pathlib import Path
 import pytest
 
 from tests.factories import apply_response, make_pod, make_review, opted_in
+from tests.procs import free_port, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, int]]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "functions_framework",
-            "--target=mutate",
-            "--source=main.py",
-            "--host=127.0.0.1",
-            f"--port={port}",
-        ],
+    command = [sys.executable, "-m", "functions_framework", "--target=mutate", "--source=main.py",
+               "--host=127.0.0.1", f"--port={port}"]  # fmt: skip
+    with serving(
+        "castslice",
+        command,
+        tmp_path_factory.mktemp("server"),
+        lambda: request(("127.0.0.1", port), "GET")[0] == 200,
         cwd=ROOT,
-        env=os.environ.copy(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(process.stderr.read().decode()) from None
-                time.sleep(0.05)
+    ):
         yield "127.0.0.1", port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def request(server, method: str, body=None, headers=None, path="/?timeout=5s", chunked=False):

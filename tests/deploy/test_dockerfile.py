@@ -8,12 +8,11 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+
+from tests.procs import free_port, serving
 
 from .variants import ROOT
 
@@ -125,10 +124,9 @@ def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
         assert dockerignore_excludes(private), private
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def health_of(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        return json.load(reply)
 
 
 def test_the_command_serves_from_the_copied_files_on_port(tmp_path: Path) -> None:
@@ -146,25 +144,13 @@ def test_the_command_serves_from_the_copied_files_on_port(tmp_path: Path) -> Non
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CASTSLICE_", "PYTHON"))}
     # functions-framework listens on 0.0.0.0 by default; --host keeps the test on loopback.
-    server = subprocess.Popen(
+    with serving(
+        "image",
         [str(program), *START_COMMAND[1:], "--host=127.0.0.1"],
-        cwd=app,
+        app,
+        lambda: health_of(f"http://127.0.0.1:{port}/healthz"),
         env={**env, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-                    health = json.load(reply)
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read().decode()
-                assert time.monotonic() < deadline, "functions-framework did not start"
-                time.sleep(0.1)
+        cwd=app,
+        timeout=20,
+    ) as health:
         assert health["status"] == "ok"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)

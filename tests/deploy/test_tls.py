@@ -12,10 +12,8 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 import castslice.tls
+from tests.procs import free_port, serving
 
 from .variants import ROOT
 
@@ -101,12 +100,6 @@ class SecretVolume:
         os.replace(staged, self.root / "..data")  # the kubelet's atomic flip
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def client_context(version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
     """A client that accepts any certificate (the test reads it) and, if given, one version."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -157,32 +150,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CASTSLICE_", "GUNICORN_"))}
     # The Deployment's command, with the address and the files moved for the test.
     command = [str(Path(sys.executable).with_name("gunicorn")), "--config=python:castslice.tls"]
-    process = subprocess.Popen(
+    with serving(
+        "gunicorn-tls",
         [
             *command,
             f"--bind=127.0.0.1:{port}",
             f"--certfile={volume.certfile}",
             f"--keyfile={volume.keyfile}",
         ],
-        cwd=app,
+        tmp_path_factory.mktemp("tls-logs"),
+        lambda: handshake(port, client_context()),
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                handshake(port, client_context())
-                break
-            except OSError:
-                assert process.poll() is None, process.stderr.read().decode()
-                assert time.monotonic() < deadline, "the TLS server did not start"
-                time.sleep(0.1)
+        cwd=app,
+        timeout=20,
+    ):
         yield Server(port, volume)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_it_serves_the_function_over_tls(server: Server) -> None:

@@ -15,10 +15,10 @@ import sys
 import threading
 from types import FrameType
 
+from ..procs import HarnessError
 from . import tools
 from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
-from .procs import HarnessError
 from .registration import register_and_wait
 
 _EXAMPLE = """\

@@ -20,8 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..procs import HarnessError, ManagedProcess, free_port, wait_until
 from .certs import CertificateAuthority
-from .procs import HarnessError, ManagedProcess, free_port, wait_until
 from .tools import REPO_ROOT
 
 LogRecord = dict[str, Any]

@@ -18,8 +18,8 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
+from ..procs import ManagedProcess, free_port, wait_until
 from .certs import CertificateAuthority, KeyPair, rsa_key_pair
-from .procs import ManagedProcess, free_port, wait_until
 from .tools import KubeBinaries
 
 # What the API server's own certificate must name for in-cluster and local clients.

@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes.client
 
-from .procs import wait_until
+from ..procs import wait_until
 
 Manifest = dict[str, Any]
 

@@ -15,9 +15,9 @@ from typing import Any
 import kubernetes.client
 import yaml
 
+from ..procs import wait_until
 from .castslice_server import CastSliceServer
 from .pods import GPU, SHARED, container, create_pod, opted_in, pod, resources_of
-from .procs import wait_until
 from .tools import REPO_ROOT
 
 CONFIGURATION_FILE = REPO_ROOT / "infra" / "webhook" / "mutatingwebhookconfiguration.yaml"

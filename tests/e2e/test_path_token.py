@@ -8,9 +8,9 @@ import uuid
 import kubernetes.client
 import pytest
 
+from ..procs import wait_until
 from .castslice_server import CastSliceServer, StartServer
 from .pods import GPU, create_pod, gpu_container, opted_in, pod, read_pod, resources_of, shared
-from .procs import wait_until
 from .registration import probe_is_mutated, register, register_and_wait
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import kubernetes.client
 
+from ..procs import wait_until
 from .castslice_server import CastSliceServer
 from .pods import GPU, Manifest, gpu_container, list_pods, opted_in, resources_of, shared
-from .procs import wait_until
 
 REPLICAS = 2
 

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -184,3 +184,32 @@ class ManagedProcess:
 def _stop_leftovers() -> None:
     for process in list(_running):
         process.stop(grace=5.0)
+
+
+@contextlib.contextmanager
+def serving(
+    name: str,
+    argv: Sequence[str],
+    log_dir: Path,
+    ready: Callable[[], T | None],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 30,
+) -> Iterator[T]:
+    """Run a server until the block ends, once `ready` answers (OSError counts as not yet)."""
+
+    def probe() -> T | None:
+        try:
+            return ready()
+        except OSError:
+            return None
+
+    process = ManagedProcess(name, argv, log_dir, env=env, cwd=cwd, death_signal=signal.SIGTERM)
+    process.start()
+    try:
+        yield wait_until(
+            probe, timeout=timeout, what=f"{name} to answer", alive=process.check_running
+        )
+    finally:
+        process.stop()
