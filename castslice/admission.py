@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .config import Config
 from .kube import Pod
-from .patch import build_patch
+from .patch import patch_by_container
 from .policy import is_mirror_pod, is_opted_in, resolve_slices
 from .review import AdmissionRequest, AdmissionResponse, allowed, patched
 
 _POD = {"group": "", "version": "v1", "kind": "Pod"}
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """A response and what the log line says about it."""
 
     response: AdmissionResponse
@@ -34,9 +33,10 @@ def review_pod(request: AdmissionRequest, config: Config) -> Outcome:
         return Outcome(allowed(uid), "skipped", reason)
 
     decision = resolve_slices((pod.get("metadata") or {}).get("annotations") or {}, config)
-    operations = build_patch(
+    per_container = patch_by_container(
         pod.get("spec") or {}, decision.slices, config.gpu_resource, config.shared_resource
     )
+    operations = [operation for group in per_container for operation in group]
     warnings = list(decision.warnings)
     if not operations:
         return Outcome(allowed(uid, warnings), "unchanged", "no GPU request to rewrite")
@@ -46,7 +46,7 @@ def review_pod(request: AdmissionRequest, config: Config) -> Outcome:
         "mutated",
         slices=decision.slices,
         source=decision.source,
-        containers_changed=len({op["path"].split("/resources/")[0] for op in operations}),
+        containers_changed=len(per_container),
     )
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .kube import Container, PodSpec
+from .kube import PodSpec, ResourceRequirements
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
@@ -15,6 +16,7 @@ class PatchOperation(TypedDict):
     value: NotRequired[Any]
 
 
+@lru_cache(maxsize=64)
 def escape_pointer_token(token: str) -> str:
     """Escape one JSON Pointer reference token (RFC 6901: `~` first, then `/`)."""
     return token.replace("~", "~0").replace("/", "~1")
@@ -27,28 +29,43 @@ def build_patch(
 
     Every path exists in `spec` as given, and an empty list means nothing to change.
     """
-    operations: list[PatchOperation] = []
+    groups = patch_by_container(spec, slices, gpu_resource, shared_resource)
+    return [operation for group in groups for operation in group]
+
+
+def patch_by_container(
+    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
+) -> list[list[PatchOperation]]:
+    """build_patch's operations, one non-empty list per container they change."""
+    groups: list[list[PatchOperation]] = []
+    quantity = str(slices)
     for list_name in CONTAINER_LISTS:
         for index, container in enumerate(spec.get(list_name) or ()):
-            operations += _container_operations(
-                container or {},
-                f"/spec/{list_name}/{index}/resources",
-                str(slices),
-                gpu_resource,
-                shared_resource,
+            resources = (container or {}).get("resources")
+            if not resources:
+                continue
+            operations = _container_operations(
+                resources, list_name, index, quantity, gpu_resource, shared_resource
             )
-    return operations
+            if operations:
+                groups.append(operations)
+    return groups
 
 
 def _container_operations(
-    container: Container, path: str, quantity: str, gpu: str, shared: str
+    resources: ResourceRequirements,
+    list_name: str,
+    index: int,
+    quantity: str,
+    gpu: str,
+    shared: str,
 ) -> list[PatchOperation]:
-    resources = container.get("resources") or {}
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
     if gpu not in requests and gpu not in limits:
         return []
 
+    path = f"/spec/{list_name}/{index}/resources"
     gpu_token, shared_token = escape_pointer_token(gpu), escape_pointer_token(shared)
     operations: list[PatchOperation] = []
     for field, values in (("requests", requests), ("limits", limits)):

@@ -6,8 +6,7 @@ Pure functions on plain data; no HTTP, no AdmissionReview.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .config import Config, parse_bounded_int
 
@@ -23,8 +22,7 @@ _MAX_VALUE_LENGTH = 20
 SliceSource = Literal["slice-ratio", "workload-type", "default"]
 
 
-@dataclass(frozen=True)
-class SliceDecision:
+class SliceDecision(NamedTuple):
     slices: int
     source: SliceSource
     warnings: tuple[str, ...] = ()
@@ -50,14 +48,16 @@ def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecis
             return SliceDecision(slices, "slice-ratio")
         problems.append((SLICE_RATIO, ratio, f"want a whole number 1-{config.max_slice_ratio}"))
 
-    decision = SliceDecision(config.default_slices, "default")
     workload_type = annotations.get(WORKLOAD_TYPE)
-    if workload_type is not None:
-        preset = config.presets.get(workload_type)
-        if preset is not None:
-            decision = SliceDecision(preset, "workload-type")
-        else:
+    preset = config.presets.get(workload_type) if workload_type is not None else None
+    if preset is not None:
+        decision = SliceDecision(preset, "workload-type")
+    else:
+        decision = SliceDecision(config.default_slices, "default")
+        if workload_type is not None:
             problems.append((WORKLOAD_TYPE, workload_type, _known_types(config)))
+    if not problems:
+        return decision
 
     fallback = _describe(decision)
     warnings = tuple(_warning(key, value, why, fallback) for key, value, why in problems)

@@ -62,7 +62,8 @@ class Webhook:
         if self.config.path_token is not None and not self._token_matches(request.path):
             # No detail: the token is what keeps the public URL private.
             return self._reject(404, "not found")
-        if request.mimetype != JSON:
+        # The API server sends exactly this; only other spellings need werkzeug's parser.
+        if request.environ.get("CONTENT_TYPE") != JSON and request.mimetype != JSON:
             return self._reject(
                 415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}"
             )

@@ -114,6 +114,11 @@ resource "google_cloud_run_v2_service" "castslice" {
           memory = var.memory
         }
         startup_cpu_boost = true
+        # CPU stays allocated between requests: CastSlice writes its log lines from a
+        # background thread shortly after each answer, and a throttled instance would
+        # hold them until the next request. It also spares the first review after an
+        # idle spell the throttled CPU's slow start.
+        cpu_idle = false
       }
 
       env {

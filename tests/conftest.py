@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import functions_framework
 import pytest
 from flask.testing import FlaskClient
+
+from castslice import log
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,3 +28,10 @@ def make_client(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FlaskClient]:
 @pytest.fixture
 def client(make_client: Callable[..., FlaskClient]) -> FlaskClient:
     return make_client()
+
+
+@pytest.fixture(autouse=True)
+def _log_lines_stay_with_their_test() -> Iterator[None]:
+    # Lines are written in batches; one left queued would surface in the next test.
+    yield
+    log.flush()

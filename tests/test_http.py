@@ -7,7 +7,7 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from castslice import __version__
+from castslice import __version__, log
 from tests.factories import (
     GPU,
     SHARED,
@@ -39,6 +39,7 @@ def review_response(client: FlaskClient, review: dict, path: str = "/?timeout=5s
 
 
 def log_lines(capsys: pytest.CaptureFixture) -> list[dict]:
+    log.flush()
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -157,7 +158,7 @@ def test_unexpected_error_admits_the_pod(
     def broken(*_args: object) -> list:
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr("castslice.admission.build_patch", broken)
+    monkeypatch.setattr("castslice.admission.patch_by_container", broken)
     response = review_response(client, make_review(make_pod(opted_in())))
     assert "patch" not in response and len(response["warnings"]) == 1
     (line,) = log_lines(capsys)
@@ -174,6 +175,7 @@ def test_one_log_line_per_review_without_pod_contents(
         containers=[gpu_container(env=[{"name": "PASSWORD", "value": secret}])],
     )
     review_response(client, make_review(pod, dry_run=True))
+    log.flush()
     output = capsys.readouterr().out
     assert secret not in output and "PASSWORD" not in output
     (line,) = [json.loads(text) for text in output.splitlines()]

@@ -197,3 +197,8 @@ def test_terraform_files_are_formatted() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cpu_stays_allocated_between_requests() -> None:
+    # Log lines are written just after each answer; a throttled instance would hold them.
+    assert CONTAINER["resources"][0]["cpu_idle"] is False

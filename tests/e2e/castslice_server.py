@@ -15,6 +15,7 @@ import ssl
 import sys
 import tempfile
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -154,12 +155,40 @@ class CastSliceServer:
         return records
 
     def reviews_of(self, namespace: str, pod: str) -> list[LogRecord]:
-        """The review log lines of `pod` (its name, or generateName for controllers)."""
+        """The review log lines of `pod` (its name, or generateName for controllers),
+        complete up to now (see `settled_log_records`)."""
         return [
             record
-            for record in self.log_records()
+            for record in self.settled_log_records()
             if record.get("namespace") == namespace and record.get("pod") == pod
         ]
+
+    def settled_log_records(self) -> list[LogRecord]:
+        """Every line of the requests answered so far.
+
+        CastSlice writes its lines in order but in batches, a little after the
+        answer. A marker review sent now is logged after everything before it,
+        so once its line is there, so are all the others.
+        """
+        function = self._require(self._function)
+        if not function.running():
+            return self.log_records()  # a stopped server wrote everything at exit
+        marker = f"log-barrier-{uuid.uuid4()}"
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": marker, "operation": "DELETE", "object": None},
+        }
+        request = urllib.request.Request(
+            self.url(self.settings.get("CASTSLICE_PATH_TOKEN", "")),
+            data=json.dumps(review).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            reply.read()
+        self.wait_for_log(lambda record: record.get("uid") == marker, what="the log barrier")
+        return self.log_records()
 
     def wait_for_log(
         self, match: Callable[[LogRecord], bool], *, what: str, timeout: float = 10.0

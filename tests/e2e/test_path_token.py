@@ -15,7 +15,7 @@ from .registration import probe_is_mutated, register, register_and_wait
 
 
 def rejections(server: CastSliceServer) -> int:
-    return sum(1 for record in server.log_records() if record.get("status") == 404)
+    return sum(1 for record in server.settled_log_records() if record.get("status") == 404)
 
 
 def create_training_pod(api: kubernetes.client.ApiClient, namespace: str, name: str) -> dict:
