@@ -46,7 +46,11 @@ system-packages:
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
 	@command -v go >/dev/null || { echo "Go 1.26+ is required to build the control plane: https://go.dev/dl/"; exit 1; }
 
+# Not part of `make test`: figures depend on the machine (see bench/README.md).
 bench: $(VENV)/.installed
+	@command -v wrk >/dev/null || { \
+	  echo "installing wrk (needs root)"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
 	$(BIN)/python -m bench
 
 clean:

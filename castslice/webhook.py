@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import flask
 
@@ -30,11 +30,10 @@ _INTERNAL_ERROR_WARNING = (
 )
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
     status: int
     body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] | None = None
 
 
 class Webhook:
@@ -103,7 +102,7 @@ class Webhook:
 
     def _reject(self, status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
         self._log("WARNING", f"rejected request: {message}", status=status)
-        return Reply(status, encode_json({"error": message}), headers or {})
+        return Reply(status, encode_json({"error": message}), headers)
 
     def _too_large(self) -> Reply:
         return self._reject(413, f"the body is larger than {MAX_BODY_BYTES} bytes (7 MiB)")

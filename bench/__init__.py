@@ -1,0 +1,1 @@
+"""CastSlice's benchmark against a functions-framework floor; see bench/README.md."""

@@ -1,0 +1,20 @@
+"""The benchmark's floor: the cost of functions-framework alone.
+
+It reads the body, as any webhook must, and answers a constant
+AdmissionReview. Served with the same command and settings as CastSlice, the
+difference between the two is what CastSlice itself costs.
+"""
+
+import flask
+import functions_framework
+
+_ANSWER = (
+    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
+    b'"response":{"uid":"0f6f3a52-0c41-4c7e-9a51-6d1f5b0c2e11","allowed":true}}'
+)
+
+
+@functions_framework.http
+def mutate(request: flask.Request) -> flask.Response:
+    request.get_data()
+    return flask.Response(_ANSWER, 200, content_type="application/json")

@@ -1,0 +1,258 @@
+"""Results of a run: the figures, the ratios to the floor, and their Markdown table."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+
+from .load import LoadSettings, Point, wrk_command
+
+# Throughput targets, as the minimum ratio of CastSlice's to the floor's.
+THROUGHPUT_TARGETS = {"typical": 0.95, "not-opted-in": 0.95, "large": 0.70}
+# Cold start target, as the maximum ratio of CastSlice's to the floor's.
+COLD_START_TARGET = 1.15
+PACKAGES = ("functions-framework", "flask", "werkzeug", "gunicorn", "msgspec")
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def ratio(self) -> str:
+        return f"{self.median:.3f} ({self.low:.3f}–{self.high:.3f})"
+
+
+@dataclass
+class BodyResult:
+    """Alternating measurements of CastSlice and the floor on one body."""
+
+    name: str
+    size: int
+    function: list[Point] = field(default_factory=list)
+    floor: list[Point] = field(default_factory=list)
+
+    def ratios(self) -> list[float]:
+        # Each round measures the pair back to back, so the ratio cancels slow drift.
+        return [mine.rps / base.rps for mine, base in zip(self.function, self.floor, strict=True)]
+
+    @property
+    def target(self) -> float:
+        return THROUGHPUT_TARGETS[self.name]
+
+    def met(self) -> bool:
+        return Spread.of(self.ratios()).median >= self.target
+
+
+@dataclass
+class ColdStartResult:
+    function: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+
+    def ratios(self) -> list[float]:
+        return [mine / base for mine, base in zip(self.function, self.floor, strict=True)]
+
+    def met(self) -> bool:
+        return Spread.of(self.ratios()).median <= COLD_START_TARGET
+
+
+@dataclass
+class Machine:
+    date: str
+    cpu: str
+    cores: int
+    memory_gib: float
+    kernel: str
+    python: str
+    packages: dict[str, str]
+    wrk: str
+    load_average_start: str
+    load_average_end: str = ""
+
+    @classmethod
+    def describe(cls) -> Machine:
+        return cls(
+            date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            cpu=_cpu_model(),
+            cores=os.cpu_count() or 1,
+            memory_gib=_memory_gib(),
+            kernel=f"{platform.system()} {platform.release()}",
+            python=platform.python_version(),
+            packages={name: metadata.version(name) for name in PACKAGES},
+            wrk=_wrk_version(),
+            load_average_start=load_average(),
+        )
+
+
+@dataclass
+class Run:
+    machine: Machine
+    settings: LoadSettings
+    rounds: int
+    bodies: list[BodyResult]
+    cold_start: ColdStartResult
+    command: str
+
+    def targets_met(self) -> bool:
+        return all(body.met() for body in self.bodies) and self.cold_start.met()
+
+    def as_json(self) -> dict:
+        return {
+            "machine": asdict(self.machine),
+            "settings": asdict(self.settings),
+            "rounds": self.rounds,
+            "command": self.command,
+            "bodies": [
+                {**asdict(body), "ratios": body.ratios(), "target": body.target}
+                for body in self.bodies
+            ],
+            "cold_start": {**asdict(self.cold_start), "ratios": self.cold_start.ratios()},
+        }
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def render(run: Run) -> str:
+    """The run as Markdown: targets first, then the figures behind them."""
+    return "\n".join(
+        [
+            "# CastSlice benchmark: latest run",
+            "",
+            f"`{run.command}` on {run.machine.date}.",
+            "",
+            *_render_machine(run),
+            "",
+            "## Targets (CastSlice ÷ floor, same run)",
+            "",
+            f"Median of {run.rounds} alternating rounds, with the lowest and highest in brackets.",
+            "",
+            "| measure | ratio (min–max) | target | met |",
+            "|---|---|---|---|",
+            *(_target_row(body) for body in run.bodies),
+            _cold_start_target_row(run.cold_start),
+            "",
+            "## Throughput, latency and CPU time per request",
+            "",
+            f"Medians of {run.rounds} rounds; {run.settings.describe()}.",
+            "",
+            "| body | size | server | req/s | p50 ms | p99 ms | CPU ms/req | other load |",
+            "|---|---:|---|---:|---:|---:|---:|---:|",
+            *(row for body in run.bodies for row in _body_rows(body)),
+            "",
+            "## Cold start",
+            "",
+            _cold_start_caption(run.cold_start),
+            "",
+            "| server | median ms | min–max ms |",
+            "|---|---:|---:|",
+            _cold_start_row("castslice", run.cold_start.function),
+            _cold_start_row("floor", run.cold_start.floor),
+            "",
+        ]
+    )
+
+
+def _render_machine(run: Run) -> list[str]:
+    machine = run.machine
+    packages = ", ".join(f"{name} {version}" for name, version in machine.packages.items())
+    # functions-framework's defaults: one gunicorn worker, four threads per CPU.
+    threads = (os.cpu_count() or 1) * 4
+    hardware = f"{machine.cpu}, {machine.cores} cores, {machine.memory_gib:.0f} GiB"
+    return [
+        f"- Machine: {hardware}, {machine.kernel}",
+        f"- Python {machine.python}; {packages}; {machine.wrk}",
+        (
+            "- Servers: `functions-framework --target=mutate` on 127.0.0.1 with its defaults "
+            f"(gunicorn, 1 worker, {threads} threads); CastSlice's log lines go to a file"
+        ),
+        f"- Load: {run.settings.describe()}, one server loaded at a time",
+        (
+            f"- Load average (1, 5, 15 min) at start {machine.load_average_start}, "
+            f"at end {machine.load_average_end}; *other load* is the CPU (in cores) used "
+            "by neither the server nor wrk during a point"
+        ),
+    ]
+
+
+def _cold_start_caption(cold_start: ColdStartResult) -> str:
+    return (
+        "Process start to the first answered review (the typical body), "
+        f"median of {len(cold_start.function)} alternating runs."
+    )
+
+
+def _target_row(body: BodyResult) -> str:
+    met = "yes" if body.met() else "**no**"
+    return (
+        f"| {body.name} throughput | {Spread.of(body.ratios()).ratio()} "
+        f"| ≥ {body.target:.2f} | {met} |"
+    )
+
+
+def _cold_start_target_row(cold_start: ColdStartResult) -> str:
+    met = "yes" if cold_start.met() else "**no**"
+    spread = Spread.of(cold_start.ratios()).ratio()
+    return f"| cold start | {spread} | ≤ {COLD_START_TARGET:.2f} | {met} |"
+
+
+def _body_rows(body: BodyResult) -> list[str]:
+    rows = []
+    for server, points in (("castslice", body.function), ("floor", body.floor)):
+        rows.append(
+            f"| {body.name} | {_size(body.size)} | {server} "
+            f"| {_median(points, 'rps'):,.0f} "
+            f"| {_median(points, 'p50_ms'):.2f} "
+            f"| {_median(points, 'p99_ms'):.2f} "
+            f"| {_median(points, 'cpu_ms_per_request'):.3f} "
+            f"| {_median(points, 'other_load'):.2f} |"
+        )
+    return rows
+
+
+def _cold_start_row(server: str, seconds: list[float]) -> str:
+    spread = Spread.of([value * 1000 for value in seconds])
+    return f"| {server} | {spread.median:.0f} | {spread.low:.0f}–{spread.high:.0f} |"
+
+
+def _median(points: list[Point], attribute: str) -> float:
+    return statistics.median(getattr(point, attribute) for point in points)
+
+
+def _size(size: int) -> str:
+    return f"{size / 1024:.1f} KiB"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _memory_gib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        kib = int(meminfo.readline().split()[1])
+    return kib / 1024 / 1024
+
+
+def _wrk_version() -> str:
+    # `wrk -v` prints its version, then its usage, and exits with status 1.
+    completed = subprocess.run([wrk_command(), "-v"], check=False, capture_output=True, text=True)
+    words = (completed.stdout or completed.stderr).split()
+    return " ".join(words[:2]) if words else "wrk"

@@ -1,0 +1,153 @@
+"""Benchmark CastSlice against the floor: `python -m bench`.
+
+Both are served as in production, side by side on 127.0.0.1; wrk loads one
+at a time, alternating CastSlice and the floor round after round, so every
+ratio compares two points measured moments apart on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from . import bodies as benchmark_bodies
+from .coldstart import cold_start_seconds
+from .load import LoadSettings, measure
+from .report import BodyResult, ColdStartResult, Machine, Run, load_average, render
+from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server
+
+DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.md"
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    # Many short rounds beat a few long ones: a ratio compares two points taken a few
+    # seconds apart, so the shorter they are, the less machine noise gets between them.
+    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds per body")
+    parser.add_argument("--seconds", type=int, default=2, help="measured seconds per point")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds before a point")
+    parser.add_argument("--connections", type=int, default=8, help="wrk connections")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument("--cold-starts", type=int, default=15, help="cold starts per server")
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help="Markdown report to write"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit with status 1 when a target is missed"
+    )
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=FUNCTION.source,
+        help="function source to measure instead of main.py (e.g. a modified copy of the tree)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(sys.argv[1:] if argv is None else argv)
+    settings = LoadSettings(
+        threads=arguments.threads,
+        connections=arguments.connections,
+        seconds=arguments.seconds,
+        warmup_seconds=arguments.warmup,
+    )
+    function = FunctionSource("castslice", arguments.source.resolve())
+    machine = Machine.describe()
+    with tempfile.TemporaryDirectory(prefix="castslice-bench-") as scratch:
+        work = Path(scratch)
+        body_files = benchmark_bodies.write_bodies(work / "bodies")
+        results = measure_throughput(function, body_files, settings, arguments.rounds, work)
+        cold_start = measure_cold_start(
+            function, body_files["typical"].read_bytes(), arguments.cold_starts, work
+        )
+    machine.load_average_end = load_average()
+
+    run = Run(machine, settings, arguments.rounds, results, cold_start, _command(argv))
+    report = render(run)
+    print(report)
+    _write(arguments.output, report, run)
+    return 1 if arguments.check and not run.targets_met() else 0
+
+
+def measure_throughput(
+    source: FunctionSource,
+    body_files: dict[str, Path],
+    settings: LoadSettings,
+    rounds: int,
+    work: Path,
+) -> list[BodyResult]:
+    """Every body, `rounds` times, CastSlice and floor back to back in alternating order."""
+    results = {name: BodyResult(name, path.stat().st_size) for name, path in body_files.items()}
+    with Server(source, work) as function, Server(FLOOR, work) as floor:
+        for name, path in body_files.items():
+            check_answers(function, floor, name, path.read_bytes())
+        for round_index in range(rounds):
+            for name, path in body_files.items():
+                # Swapping who goes first each round keeps a steady drift in machine
+                # load from favouring either side.
+                order = [(function, "function"), (floor, "floor")]
+                if round_index % 2:
+                    order.reverse()
+                for server, side in order:
+                    point = measure(server, path, settings)
+                    getattr(results[name], side).append(point)
+                    _progress(
+                        f"round {round_index + 1}/{rounds} {name:>12} "
+                        f"{server.function.name:>9}: {point.rps:7.0f} req/s"
+                    )
+    return list(results.values())
+
+
+def check_answers(function: Server, floor: Server, name: str, body: bytes) -> None:
+    """Refuse to benchmark answers that are wrong: the load generator only sees statuses."""
+    response = json.loads(function.wait_until_answering(body))["response"]
+    patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    expected = benchmark_bodies.EXPECTED_OPERATIONS[name]
+    if not response.get("allowed") or len(patch) != expected:
+        raise SystemExit(f"castslice answered the {name} body wrongly: {response}")
+    floor.wait_until_answering(body)
+
+
+def measure_cold_start(
+    source: FunctionSource, body: bytes, runs: int, work: Path
+) -> ColdStartResult:
+    """Alternating cold starts of CastSlice and the floor, after one unmeasured start each."""
+    result = ColdStartResult()
+    # The first start of each writes its bytecode caches and fills the page cache: what
+    # is measured is a start from a ready image, its bytecode compiled at build time.
+    for function in (source, FLOOR):
+        cold_start_seconds(function, body, work)
+    for run_index in range(runs):
+        order = [(source, result.function), (FLOOR, result.floor)]
+        if run_index % 2:
+            order.reverse()
+        for function, seconds in order:
+            seconds.append(cold_start_seconds(function, body, work))
+        _progress(
+            f"cold start {run_index + 1}/{runs}: castslice {result.function[-1]:.3f} s, "
+            f"floor {result.floor[-1]:.3f} s"
+        )
+    return result
+
+
+def _command(argv: list[str] | None) -> str:
+    arguments = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", "-m", "bench", *arguments])
+
+
+def _write(output: Path, report: str, run: Run) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report)
+    # The raw points, for a closer look; not tracked.
+    output.with_suffix(".json").write_text(json.dumps(run.as_json(), indent=1) + "\n")
+    _progress(f"wrote {output} and {output.with_suffix('.json').name}")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
