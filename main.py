@@ -3,6 +3,7 @@
 import os
 
 import functions_framework
+from werkzeug.exceptions import HTTPException
 
 from castslice.config import ConfigError, load_config
 from castslice.webhook import Webhook
@@ -16,3 +17,7 @@ except ConfigError as error:
 @functions_framework.http
 def mutate(request):
     return _webhook.serve(request)
+
+
+# functions-framework answers /robots.txt and /favicon.ico itself, with HTML.
+functions_framework.errorhandler(HTTPException)(_webhook.http_error)

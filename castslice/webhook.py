@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import flask
+from werkzeug.exceptions import HTTPException
 
 from . import __version__
 from .admission import Outcome, review_pod
@@ -46,7 +47,18 @@ class Webhook:
 
     def serve(self, request: flask.Request) -> flask.Response:
         """The functions-framework entry: a Flask request in, a JSON response out."""
-        reply = self.route(request)
+        try:
+            reply = self.route(request)
+        except HTTPException as error:  # a client that sent less than its Content-Length
+            return self.http_error(error)
+        except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
+            self._log("ERROR", f"request failed: {type(error).__name__}: {error}"[:300])
+            reply = Reply(500, encode_json({"error": "internal error"}))
+        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
+
+    def http_error(self, error: HTTPException) -> flask.Response:
+        """A JSON answer for an error raised by the framework (a reserved path, a bad read)."""
+        reply = self._reject(error.code or 400, (error.description or error.name).rstrip("."))
         return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
 
     def route(self, request: flask.Request) -> Reply:

@@ -376,3 +376,12 @@ def test_configured_resources_and_presets(make_client) -> None:
     response = review_response(client, make_review(pod))
     assert response["auditAnnotations"]["slices"] == "6"
     assert "want a whole number 1-10" in response["warnings"][0]
+
+
+@pytest.mark.parametrize("path", ["/robots.txt", "/favicon.ico"])
+def test_paths_the_framework_reserves_answer_json_too(client: FlaskClient, path: str) -> None:
+    # functions-framework serves these two itself; their 404 must not be an HTML page.
+    for method in ("GET", "POST"):
+        answer = client.open(path, method=method, data=VALID, content_type="application/json")
+        assert (answer.status_code, answer.mimetype) == (404, "application/json")
+        assert answer.get_json() == {"error": "Not Found"}

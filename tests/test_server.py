@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -90,4 +91,21 @@ def test_errors_are_json_never_html(server, method, body, headers, status) -> No
     got_status, content_type, raw = request(server, method, body, headers)
     assert (got_status, content_type) == (status, "application/json")
     assert set(json.loads(raw)) == {"error"}
+    assert request(server, "GET")[0] == 200
+
+
+def test_a_body_shorter_than_its_content_length_gets_a_json_error(server) -> None:
+    with socket.create_connection(server, timeout=30) as connection:
+        connection.sendall(
+            b"POST / HTTP/1.1\r\nHost: castslice\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\nConnection: close\r\n\r\n" + b'{"apiVersion": '
+        )
+        connection.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert b"Content-Type: application/json" in head
+    assert json.loads(body)["error"]
     assert request(server, "GET")[0] == 200
