@@ -54,12 +54,13 @@ class Webhook:
         except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
             self._log("ERROR", f"request failed: {type(error).__name__}: {error}"[:300])
             reply = Reply(500, encode_json({"error": "internal error"}))
-        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
+        return _response(reply)
 
     def http_error(self, error: HTTPException) -> flask.Response:
         """A JSON answer for an error raised by the framework (a reserved path, a bad read)."""
-        reply = self._reject(error.code or 400, (error.description or error.name).rstrip("."))
-        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
+        return _response(
+            self._reject(error.code or 400, (error.description or error.name).rstrip("."))
+        )
 
     def route(self, request: flask.Request) -> Reply:
         if request.method in ("GET", "HEAD"):
@@ -136,3 +137,7 @@ class Webhook:
             dryRun=bool(request.get("dryRun")),
             latencyMs=round(seconds * 1000, 3),
         )
+
+
+def _response(reply: Reply) -> flask.Response:
+    return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
