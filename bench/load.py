@@ -75,10 +75,15 @@ def measure(server: Server, body_file: Path, settings: LoadSettings) -> Point:
 
 
 def _run_wrk(
-    port: int, body_file: Path, settings: LoadSettings, seconds: int
+    port: int, body_file: Path, settings: LoadSettings, seconds: int, cpu: int | None = None
 ) -> tuple[dict, float]:
-    """wrk's JSON summary of one fixed-duration run, and the CPU seconds wrk used."""
+    """wrk's JSON summary of one fixed-duration run, and the CPU seconds wrk used.
+
+    With `cpu`, wrk runs on that CPU only.
+    """
+    pinned = [] if cpu is None else ["taskset", "--cpu-list", str(cpu)]
     command = [
+        *pinned,
         wrk_command(),
         f"--threads={settings.threads}",
         f"--connections={settings.connections}",

@@ -1,9 +1,14 @@
 """Where CastSlice's time goes: `python -m bench.profile [--body typical]`.
 
-Two views of the same request:
+Three views of the same request:
 
 - in process: each step of a review timed alone (best of several repeats, so
   machine noise mostly drops out), next to the floor's whole request;
+- layers, side by side: CastSlice cut off after each layer (bench/layers/) is
+  served next to the floor, both on one CPU, each loaded by its own wrk on
+  another CPU at the same time. Sharing the CPU, each gets the same share of it,
+  so the ratio of their throughputs is the ratio of their costs, and machine
+  noise, which slows both at once, cancels out of it;
 - live: py-spy samples the gunicorn worker while wrk loads it, counting the
   samples in which a thread holds the GIL (the worker's real bottleneck), split
   into CastSlice's own functions and the framework around them.
@@ -19,9 +24,11 @@ import contextlib
 import io
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import timeit
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -32,16 +39,30 @@ from werkzeug.test import EnvironBuilder
 
 from castslice.admission import review_pod
 from castslice.config import load_config
+from castslice.log import write_record
 from castslice.review import decode_review, encode_review
-from castslice.webhook import JSON, Webhook
+from castslice.webhook import JSON, Webhook, _review_record
 
 from . import bodies
 from .load import LoadSettings, _run_wrk
-from .servers import FLOOR, FUNCTION, REPO, Server
+from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server, _process_tree
 
 FRAMEWORK = "framework (gunicorn, Flask, functions-framework)"
 READING_THE_BODY = "reading the body (gunicorn, as in the floor)"
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "profile.md"
+_LAYERS = REPO / "bench" / "layers"
+# Each adds one layer to the one before; the floor against itself shows the method's noise.
+LAYERS = [
+    ("the floor again (the method's own noise)", FLOOR),
+    (
+        "routing: limits, reading the body, the JSON answer",
+        FunctionSource("routing", _LAYERS / "routing.py"),
+    ),
+    ("+ decoding the review", FunctionSource("decoding", _LAYERS / "decoding.py")),
+    ("+ policy, patch and encoded answer", FunctionSource("unlogged", _LAYERS / "unlogged.py")),
+    ("+ the log line: all of CastSlice", FUNCTION),
+]
+SERVER_CPU, LOAD_CPU = 0, 1
 
 
 def time_call(call: Callable[[], object], repeat: int = 7) -> float:
@@ -60,7 +81,10 @@ def in_process(body: bytes) -> list[tuple[str, float]]:
         steps = [
             ("decode_review (msgspec, typed)", time_call(lambda: decode_review(body))),
             ("review_pod (policy + patch)", time_call(lambda: review_pod(request, config))),
-            ("log line", time_call(lambda: webhook._log_outcome(request, outcome, 0.001))),
+            (
+                "log record, queued for the writer thread",
+                time_call(lambda: write_record(_review_record(request, outcome, 0.001))),
+            ),
             ("encode_review", time_call(lambda: encode_review(outcome.response))),
             ("Webhook.answer (all of the above)", time_call(lambda: webhook.answer(body))),
             ("whole request, CastSlice (Flask app)", _app_request(FUNCTION.source, body)),
@@ -91,6 +115,62 @@ def _stdout_discarded() -> Iterator[None]:
     # The log line is part of the cost, so it is written, but not to the terminal.
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         yield
+
+
+def side_by_side(body_file: Path, rounds: int, seconds: int, work: Path) -> list[str]:
+    """Each layer against the floor, loaded together on a shared CPU; Markdown rows."""
+    rows = []
+    settings = LoadSettings(seconds=seconds)
+    body = body_file.read_bytes()
+    with Server(FLOOR, work) as floor:
+        floor.wait_until_answering(body)
+        _pin(floor)
+        for name, layer in LAYERS:
+            with Server(layer, work) as server:
+                server.wait_until_answering(body)
+                _pin(server)
+                throughput, cost = [], []
+                for _ in range(rounds):
+                    (layer_requests, layer_cpu), (floor_requests, floor_cpu) = _load_together(
+                        [server, floor], body_file, settings
+                    )
+                    throughput.append(layer_requests / floor_requests)
+                    cost.append((floor_cpu / floor_requests) / (layer_cpu / layer_requests))
+            rows.append(f"| {name} | {_spread(throughput)} | {_spread(cost)} |")
+    return rows
+
+
+def _pin(server: Server) -> None:
+    # Threads started later (gunicorn's pool grows on demand) inherit the affinity.
+    for pid in _process_tree(server.process.pid):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(task), {SERVER_CPU})
+
+
+def _load_together(
+    servers: list[Server], body_file: Path, settings: LoadSettings
+) -> list[tuple[int, float]]:
+    """(requests, server CPU seconds) of each server, loaded at the same time."""
+    results: list[tuple[int, float]] = [(0, 0.0)] * len(servers)
+
+    def load(index: int, server: Server) -> None:
+        _run_wrk(server.port, body_file, settings, settings.warmup_seconds, LOAD_CPU)
+        before = server.cpu_seconds()
+        summary, _ = _run_wrk(server.port, body_file, settings, settings.seconds, LOAD_CPU)
+        results[index] = (summary["requests"], server.cpu_seconds() - before)
+
+    threads = [threading.Thread(target=load, args=pair) for pair in enumerate(servers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if not all(requests for requests, _ in results):
+        raise RuntimeError("a side-by-side load run failed; see the errors above")
+    return results
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
 def live(body_file: Path, seconds: int, work: Path) -> Counter[str] | None:
@@ -148,7 +228,12 @@ def _worker_pid(server: Server) -> int:
     return int(children.read_text().split()[0])
 
 
-def render(body_name: str, steps: list[tuple[str, float]], samples: Counter[str] | None) -> str:
+def render(
+    body_name: str,
+    steps: list[tuple[str, float]],
+    layers: list[str] | None,
+    samples: Counter[str] | None,
+) -> str:
     lines = [
         f"## {body_name} body",
         "",
@@ -157,6 +242,18 @@ def render(body_name: str, steps: list[tuple[str, float]], samples: Counter[str]
         *(f"| {name} | {micros:.1f} |" for name, micros in steps),
         "",
     ]
+    if layers is None:
+        lines += ["(side-by-side view skipped: it needs two CPUs)", ""]
+    else:
+        lines += [
+            "Side by side with the floor on one shared CPU, each loaded by its own wrk at the "
+            "same time; median of the rounds (lowest–highest).",
+            "",
+            "| served | throughput ÷ floor | CPU per request, floor ÷ this |",
+            "|---|---:|---:|",
+            *layers,
+            "",
+        ]
     if samples is None:
         return "\n".join([*lines, "(live view skipped: py-spy is not installed)", ""])
     total = sum(samples.values())
@@ -177,17 +274,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     parser.add_argument("--body", choices=list(bodies.EXPECTED_OPERATIONS), action="append")
     parser.add_argument("--seconds", type=int, default=10, help="live sampling time")
+    parser.add_argument("--rounds", type=int, default=5, help="side-by-side rounds per layer")
+    parser.add_argument(
+        "--side-seconds", type=int, default=4, help="measured seconds per side-by-side round"
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="Markdown to write")
     arguments = parser.parse_args(argv)
     os.chdir(REPO)
     sections = [f"# Where CastSlice's time goes\n\n`{_command(argv)}`\n"]
     with tempfile.TemporaryDirectory(prefix="castslice-profile-") as scratch:
         files = bodies.write_bodies(Path(scratch) / "bodies")
-        for name in arguments.body or ["typical", "large"]:
+        for name in arguments.body or list(bodies.EXPECTED_OPERATIONS):
             body = files[name].read_bytes()
             steps = in_process(body)
+            layers = None
+            if len(os.sched_getaffinity(0)) >= 2:
+                layers = side_by_side(
+                    files[name], arguments.rounds, arguments.side_seconds, Path(scratch)
+                )
             samples = live(files[name], arguments.seconds, Path(scratch))
-            sections.append(render(name, steps, samples))
+            sections.append(render(name, steps, layers, samples))
             print(sections[-1], flush=True)
     arguments.output.write_text("\n".join(sections))
     return 0

@@ -24,7 +24,15 @@ HOST = "127.0.0.1"
 # The API server calls the webhook URL with its timeout appended as a query.
 REVIEW_PATH = "/?timeout=5s"
 # Variables that change the server's shape; removed so every run uses the defaults.
-_SERVER_SETTINGS = ("WORKERS", "THREADS", "CLOUD_RUN_TIMEOUT_SECONDS", "GUNICORN_LOG_LEVEL")
+# PYTHONDONTWRITEBYTECODE too: the image ships compiled bytecode, so a start must find
+# it, and a first unmeasured start writes it.
+_SERVER_SETTINGS = (
+    "WORKERS",
+    "THREADS",
+    "CLOUD_RUN_TIMEOUT_SECONDS",
+    "GUNICORN_LOG_LEVEL",
+    "PYTHONDONTWRITEBYTECODE",
+)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -53,6 +61,8 @@ def server_environment() -> dict[str, str]:
         for key, value in os.environ.items()
         if key not in _SERVER_SETTINGS and not key.startswith("CASTSLICE_")
     }
+    # Sources outside the repository's root (the floor, bench/layers) import from it.
+    environ["PYTHONPATH"] = str(REPO)
     return environ
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 from .config import Config
 from .kube import Pod
@@ -13,7 +13,8 @@ from .review import AdmissionRequest, AdmissionResponse, allowed, patched
 _POD = {"group": "", "version": "v1", "kind": "Pod"}
 
 
-class Outcome(NamedTuple):
+# A Struct, not a NamedTuple: one is built per review, and a Struct is built in C.
+class Outcome(msgspec.Struct, frozen=True):
     """A response and what the log line says about it."""
 
     response: AdmissionResponse

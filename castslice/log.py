@@ -2,10 +2,11 @@
 
 Callers pass chosen fields only: never a Pod, its env values or a whole body.
 
-A review only queues its line; a background thread writes what is queued
-every FLUSH_INTERVAL seconds in one system call. Writing from the request
-thread would give up the GIL for the system call on every review, and under
-load each of those hand-offs costs the worker far more than the write itself.
+A review only queues its record; a background thread encodes what is queued
+and writes it every FLUSH_INTERVAL seconds in one system call. Writing from
+the request thread would give up the GIL for the system call on every
+review, and under load each of those hand-offs costs the worker far more than
+the write itself; encoding a batch at once costs less than a line at a time.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ Severity = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 # The longest a line waits before it reaches stdout.
 FLUSH_INTERVAL = 0.05
 
-_encoder = msgspec.json.Encoder()
-_pending: deque[bytes] = deque()
+# A value msgspec cannot encode is written as its str(), never lost with its line.
+_encoder = msgspec.json.Encoder(enc_hook=str)
+_pending: deque[object] = deque()
 _writer_started = False
 _writer_lock = threading.Lock()
 # Held while writing, so two flushes (the thread's and atexit's) keep lines in order.
@@ -40,7 +42,12 @@ def write_log(severity: Severity, message: str, **fields: object) -> None:
     for key, value in fields.items():
         if value is not None:
             record[key] = value
-    _pending.append(_encoder.encode(record) + b"\n")  # deque.append is atomic
+    write_record(record)
+
+
+def write_record(record: object) -> None:
+    """Queue a line that is already a record: a msgspec Struct or a dict of chosen fields."""
+    _pending.append(record)  # deque.append is atomic
     if not _writer_started:
         _start_writer()
 
@@ -48,13 +55,29 @@ def write_log(severity: Severity, message: str, **fields: object) -> None:
 def flush() -> None:
     """Write every queued line now, whole lines in order, in one write."""
     with _flush_lock:
-        lines = []
+        records = []
         while _pending:
-            lines.append(_pending.popleft())
-        if lines:
+            records.append(_pending.popleft())
+        if records:
             stream = sys.stdout
-            stream.buffer.write(b"".join(lines))
+            stream.buffer.write(_encode_lines(records))
             stream.flush()
+
+
+def _encode_lines(records: list[object]) -> bytes:
+    try:
+        return _encoder.encode_lines(records)
+    except (msgspec.MsgspecError, TypeError, ValueError, RecursionError):
+        # One bad record must not take the lines queued with it down too.
+        return b"".join(map(_encode_line, records))
+
+
+def _encode_line(record: object) -> bytes:
+    try:
+        return _encoder.encode(record) + b"\n"
+    except (msgspec.MsgspecError, TypeError, ValueError, RecursionError) as error:
+        unloggable = {"severity": "ERROR", "message": f"unloggable log record: {error}"[:300]}
+        return _encoder.encode(unloggable) + b"\n"
 
 
 def _start_writer() -> None:

@@ -5,7 +5,6 @@ Only this module knows the wire format; the policy and the patch never see it.
 
 from __future__ import annotations
 
-import base64
 from typing import Literal, NotRequired, TypedDict
 
 import msgspec
@@ -52,7 +51,8 @@ class AdmissionResponse(TypedDict):
     uid: str
     allowed: Literal[True]
     patchType: NotRequired[Literal["JSONPatch"]]
-    patch: NotRequired[str]
+    # JSON Patch bytes; like the API's []byte, they are base64 in the encoded review.
+    patch: NotRequired[bytes]
     warnings: NotRequired[list[str]]
     auditAnnotations: NotRequired[dict[str, str]]
 
@@ -142,7 +142,7 @@ def patched(
     response = allowed(uid, warnings)
     if operations:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_encoder.encode(operations)).decode("ascii")
+        response["patch"] = _encoder.encode(operations)
     if audit_annotations:
         response["auditAnnotations"] = audit_annotations
     return response

@@ -5,16 +5,17 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 import flask
+import msgspec
 from werkzeug.exceptions import HTTPException
 
 from . import __version__
 from .admission import Outcome, review_pod
 from .config import Config
-from .log import write_log
+from .log import write_log, write_record
 from .review import (
+    AdmissionRequest,
     InvalidReview,
     UnreadableObject,
     allowed,
@@ -31,18 +32,44 @@ _INTERNAL_ERROR_WARNING = (
 )
 
 
-class Reply(NamedTuple):
+class Reply(msgspec.Struct, frozen=True):
+    """A status and JSON body, before Flask wraps them; a Struct is built in C, per review."""
+
     status: int
     body: bytes
     headers: dict[str, str] | None = None
 
 
+class ReviewRecord(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    """The log line of one answered review; fields left as None are not written."""
+
+    severity: str
+    message: str
+    uid: str
+    namespace: str | None = None
+    pod: str | None = None
+    decision: str
+    reason: str | None = None
+    slices: int | None = None
+    source: str | None = None
+    containers_changed: int
+    warnings: int
+    dry_run: bool
+    latency_ms: float
+
+
 class Webhook:
     """Answers AdmissionReviews for one configuration; safe to share between threads."""
 
-    def __init__(self, config: Config, log: Callable[..., None] = write_log) -> None:
+    def __init__(
+        self,
+        config: Config,
+        log: Callable[..., None] = write_log,
+        log_review: Callable[[ReviewRecord], None] = write_record,
+    ) -> None:
         self.config = config
         self._log = log
+        self._log_review = log_review
         self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})
 
     def serve(self, request: flask.Request) -> flask.Response:
@@ -79,7 +106,7 @@ class Webhook:
             return self._reject(
                 415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}"
             )
-        if (request.content_length or 0) > MAX_BODY_BYTES:
+        if _declared_length(request.environ) > MAX_BODY_BYTES:
             return self._too_large()
         body = request.stream.read(MAX_BODY_BYTES + 1)
         if len(body) > MAX_BODY_BYTES:
@@ -102,7 +129,7 @@ class Webhook:
         except Exception as error:  # noqa: BLE001 - a bug here must still admit the Pod
             return self._failed_open(uid, f"{type(error).__name__}: {error}")
 
-        self._log_outcome(request, outcome, time.perf_counter() - started)
+        self._log_review(_review_record(request, outcome, time.perf_counter() - started))
         return Reply(200, encode_review(outcome.response))
 
     def _token_matches(self, path: str) -> bool:
@@ -120,23 +147,32 @@ class Webhook:
     def _too_large(self) -> Reply:
         return self._reject(413, f"the body is larger than {MAX_BODY_BYTES} bytes (7 MiB)")
 
-    def _log_outcome(self, request: dict, outcome: Outcome, seconds: float) -> None:
-        metadata = (request.get("object") or {}).get("metadata") or {}
-        self._log(
-            "INFO",
-            f"pod {outcome.decision}",
-            uid=request["uid"],
-            namespace=request.get("namespace") or metadata.get("namespace"),
-            pod=metadata.get("name") or metadata.get("generateName") or request.get("name"),
-            decision=outcome.decision,
-            reason=outcome.reason,
-            slices=outcome.slices,
-            source=outcome.source,
-            containersChanged=outcome.containers_changed,
-            warnings=len(outcome.response.get("warnings", ())),
-            dryRun=bool(request.get("dryRun")),
-            latencyMs=round(seconds * 1000, 3),
-        )
+
+def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) -> ReviewRecord:
+    metadata = (request.get("object") or {}).get("metadata") or {}
+    return ReviewRecord(
+        severity="INFO",
+        message="pod " + outcome.decision,
+        uid=request["uid"],
+        namespace=request.get("namespace") or metadata.get("namespace"),
+        pod=metadata.get("name") or metadata.get("generateName") or request.get("name"),
+        decision=outcome.decision,
+        reason=outcome.reason,
+        slices=outcome.slices,
+        source=outcome.source,
+        containers_changed=outcome.containers_changed,
+        warnings=len(outcome.response.get("warnings", ())),
+        dry_run=bool(request.get("dryRun")),
+        latency_ms=round(seconds * 1000, 3),
+    )
+
+
+def _declared_length(environ: dict) -> int:
+    # werkzeug's content_length parses the header anew on every access; this is read once.
+    try:
+        return int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
 
 
 def _response(reply: Reply) -> flask.Response:

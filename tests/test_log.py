@@ -58,3 +58,19 @@ def test_lines_still_queued_at_exit_are_written() -> None:
         [sys.executable, "-c", program], cwd=ROOT, capture_output=True, check=True, timeout=30
     )
     assert json.loads(done.stdout) == {"severity": "INFO", "message": "last words", "n": 1}
+
+
+def test_a_record_that_cannot_be_encoded_costs_only_its_own_line(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    circular: dict = {"severity": "INFO", "message": "bad"}
+    circular["self"] = circular
+    log.write_log("INFO", "before")
+    log.write_record(circular)
+    log.write_log("INFO", "after", value=object())
+    log.flush()
+
+    before, bad, after = records(capsys)
+    assert before == {"severity": "INFO", "message": "before"}
+    assert bad["severity"] == "ERROR" and bad["message"].startswith("unloggable log record: ")
+    assert after["message"] == "after" and after["value"].startswith("<object object at ")

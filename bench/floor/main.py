@@ -8,7 +8,7 @@ difference between the two is what CastSlice itself costs.
 import flask
 import functions_framework
 
-_ANSWER = (
+ANSWER = (
     b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
     b'"response":{"uid":"0f6f3a52-0c41-4c7e-9a51-6d1f5b0c2e11","allowed":true}}'
 )
@@ -17,4 +17,4 @@ _ANSWER = (
 @functions_framework.http
 def mutate(request: flask.Request) -> flask.Response:
     request.get_data()
-    return flask.Response(_ANSWER, 200, content_type="application/json")
+    return flask.Response(ANSWER, 200, content_type="application/json")
