@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from .config import Config
@@ -29,11 +31,12 @@ def review_pod(request: AdmissionRequest, config: Config) -> Outcome:
     """Decide on one request; never denies, and patches only opted-in Pods being created."""
     uid = request["uid"]
     pod: Pod = request.get("object") or {}
-    reason = _skip_reason(request, pod)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    reason = _skip_reason(request, annotations)
     if reason:
         return Outcome(allowed(uid), "skipped", reason)
 
-    decision = resolve_slices((pod.get("metadata") or {}).get("annotations") or {}, config)
+    decision = resolve_slices(annotations, config)
     per_container = patch_by_container(
         pod.get("spec") or {}, decision.slices, config.gpu_resource, config.shared_resource
     )
@@ -51,12 +54,11 @@ def review_pod(request: AdmissionRequest, config: Config) -> Outcome:
     )
 
 
-def _skip_reason(request: AdmissionRequest, pod: Pod) -> str | None:
+def _skip_reason(request: AdmissionRequest, annotations: Mapping[str, str]) -> str | None:
     if request.get("operation") != "CREATE":
         return "not a CREATE"
     if request.get("kind") != _POD or request.get("subResource"):
         return "not a core/v1 Pod"
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if not is_opted_in(annotations):
         return "not opted in"
     if is_mirror_pod(annotations):
