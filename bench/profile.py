@@ -8,7 +8,9 @@ Three views of the same request:
   served next to the floor, both on one CPU, each loaded by its own wrk on
   another CPU at the same time. Sharing the CPU, each gets the same share of it,
   so the ratio of their throughputs is the ratio of their costs, and machine
-  noise, which slows both at once, cancels out of it;
+  noise, which slows both at once, cancels out of it. A calibration layer, the
+  floor plus a fixed loop of pure Python timed in process, gives the scale:
+  what a microsecond of handler time costs in throughput;
 - live: py-spy samples the gunicorn worker while wrk loads it, counting the
   samples in which a thread holds the GIL (the worker's real bottleneck), split
   into CastSlice's own functions and the framework around them.
@@ -44,6 +46,7 @@ from castslice.review import decode_review, encode_review
 from castslice.webhook import JSON, Webhook, _review_record
 
 from . import bodies
+from .layers.calibration import busy_work
 from .load import LoadSettings, _run_wrk
 from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server, _process_tree
 
@@ -54,6 +57,10 @@ _LAYERS = REPO / "bench" / "layers"
 # Each adds one layer to the one before; the floor against itself shows the method's noise.
 LAYERS = [
     ("the floor again (the method's own noise)", FLOOR),
+    (
+        "the floor + pure-Python work timed in process above (the price of a µs)",
+        FunctionSource("calibration", _LAYERS / "calibration.py"),
+    ),
     (
         "routing: limits, reading the body, the JSON answer",
         FunctionSource("routing", _LAYERS / "routing.py"),
@@ -89,6 +96,7 @@ def in_process(body: bytes) -> list[tuple[str, float]]:
             ("Webhook.answer (all of the above)", time_call(lambda: webhook.answer(body))),
             ("whole request, CastSlice (Flask app)", _app_request(FUNCTION.source, body)),
             ("whole request, floor (Flask app)", _app_request(FLOOR.source, body)),
+            ("pure-Python work of the calibration layer", time_call(busy_work)),
         ]
     return steps
 
@@ -205,6 +213,9 @@ def _attribute(raw: str) -> Counter[str]:
     counts: Counter[str] = Counter()
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            # A line without a sample count (py-spy wrote it incomplete) is left out, not fatal.
+            continue
         owner, below = FRAMEWORK, []
         for frame in stack.split(";"):
             name, _, location = frame.partition(" (")
