@@ -1,18 +1,35 @@
-"""The admission decision: one AdmissionRequest in, one AdmissionResponse out."""
+"""The admission decision: one AdmissionRequest in, one AdmissionResponse out.
+
+The slice resolution decides how many slices a Pod gets, the backend turns
+them into resources and placement, the patch builder writes the operations;
+this module only puts them in order.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 import msgspec
 
+from .backends import Backend, Placement, backend_for
 from .config import Config
 from .kube import Pod
-from .patch import patch_by_container
-from .policy import is_mirror_pod, is_opted_in, resolve_slices
+from .patch import (
+    GpuContainer,
+    PatchOperation,
+    annotation_operations,
+    asked_quantity,
+    gpu_containers,
+    node_selector_operations,
+    resource_operations,
+)
 from .review import AdmissionRequest, AdmissionResponse, allowed, patched
+from .slices import clip, is_mirror_pod, is_opted_in, resolve_slices, shorten
 
+APPLIED = "castslice.castops.io/applied"
 _POD = {"group": "", "version": "v1", "kind": "Pod"}
+_record_encoder = msgspec.json.Encoder()
 
 
 # A Struct, not a NamedTuple: one is built per review, and a Struct is built in C.
@@ -24,34 +41,75 @@ class Outcome(msgspec.Struct, frozen=True):
     reason: str | None = None
     slices: int | None = None
     source: str | None = None
+    backend: str | None = None
     containers_changed: int = 0
 
 
-def review_pod(request: AdmissionRequest, config: Config) -> Outcome:
-    """Decide on one request; never denies, and patches only opted-in Pods being created."""
-    uid = request["uid"]
-    pod: Pod = request.get("object") or {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    reason = _skip_reason(request, annotations)
-    if reason:
-        return Outcome(allowed(uid), "skipped", reason)
+class PodAdmission:
+    """Decides on Pod reviews for one configuration; safe to share between threads."""
 
-    decision = resolve_slices(annotations, config)
-    per_container = patch_by_container(
-        pod.get("spec") or {}, decision.slices, config.gpu_resource, config.shared_resource
-    )
-    operations = [operation for group in per_container for operation in group]
-    warnings = list(decision.warnings)
-    if not operations:
-        return Outcome(allowed(uid, warnings), "unchanged", "no GPU request to rewrite")
-    audit = {"slices": str(decision.slices), "slice-source": decision.source}
-    return Outcome(
-        patched(uid, operations, warnings, audit),
-        "mutated",
-        slices=decision.slices,
-        source=decision.source,
-        containers_changed=len(per_container),
-    )
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.backend: Backend = backend_for(config)
+
+    def review(self, request: AdmissionRequest) -> Outcome:
+        """Never denies; patches only opted-in Pods being created."""
+        uid = request["uid"]
+        pod: Pod = request.get("object") or {}
+        metadata = pod.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        reason = _skip_reason(request, annotations)
+        config, backend = self.config, self.backend
+        if reason:
+            return Outcome(allowed(uid), "skipped", reason, backend=backend.name)
+
+        decision = resolve_slices(annotations, config)
+        warnings = list(decision.warnings)
+        spec = pod.get("spec") or {}
+        containers = gpu_containers(spec, config.gpu_resource)
+        if not containers:
+            return Outcome(
+                allowed(uid, warnings),
+                "unchanged",
+                "no GPU request to rewrite",
+                backend=backend.name,
+            )
+        outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
+
+        selector = spec.get("nodeSelector") or {}
+        hand_placed = [key for key in backend.placement_keys if key in selector]
+        if hand_placed:
+            warnings.append(
+                clip(f"nodeSelector {hand_placed[0]} set by hand; castslice left the Pod unchanged")
+            )
+            return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
+
+        placement = backend.place(decision.slices)
+        operations: list[PatchOperation] = []
+        original: dict[str, str] = {}
+        for container in containers:
+            asked = asked_quantity(container, config.gpu_resource)
+            original[container.name] = asked
+            warning = _less_than_asked(container, asked, placement, config.gpu_resource)
+            if warning:
+                warnings.append(warning)
+            operations += resource_operations(
+                container, config.gpu_resource, placement.resource, placement.quantity
+            )
+        operations += node_selector_operations(spec, placement.node_selector)
+        record = _record_encoder.encode({**outcome, "original": original}).decode()
+        operations += annotation_operations(metadata, {APPLIED: record})
+        audit = {
+            "slices": str(decision.slices),
+            "slice-source": decision.source,
+            "backend": backend.name,
+        }
+        return Outcome(
+            patched(uid, operations, warnings, audit),
+            "mutated",
+            containers_changed=len(containers),
+            **outcome,
+        )
 
 
 def _skip_reason(request: AdmissionRequest, annotations: Mapping[str, str]) -> str | None:
@@ -63,4 +121,24 @@ def _skip_reason(request: AdmissionRequest, annotations: Mapping[str, str]) -> s
         return "not opted in"
     if is_mirror_pod(annotations):
         return "mirror pod"
+    if APPLIED in annotations:
+        return "already applied"
     return None
+
+
+def _less_than_asked(
+    container: GpuContainer, asked: str, placement: Placement, gpu: str
+) -> str | None:
+    # Quantities the API server would reject anyway ("1.5", "2Gi") are not compared.
+    if not asked.isdigit() or int(asked) <= 1 or placement.gpus >= int(asked):
+        return None
+    return clip(
+        f"container {shorten(container.name)} asked for {asked} {gpu}; "
+        f"castslice gives it {_share(placement.gpus)}"
+    )
+
+
+def _share(gpus: Fraction) -> str:
+    if gpus.denominator == 1:
+        return f"{gpus.numerator} GPU" + ("s" if gpus > 1 else "")
+    return f"{gpus.numerator}/{gpus.denominator} of a GPU"

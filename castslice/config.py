@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
+SHARING_STRATEGIES = ("time-slicing", "mps")
+# The name the NVIDIA device plugin gives a shared GPU with `renameByDefault: true`.
+NVIDIA_SHARED_SUFFIX = ".shared"
+# Far above any sharing degree a device plugin or GKE offers; keeps the selector values short.
+MAX_SHARING_DEGREE = 1000
 # Bounds the admin-chosen maximum so quantities and warnings stay short.
 MAX_SLICE_RATIO_CEILING = 1_000_000
 # A token shorter than this can be guessed; it is the only thing keeping the URL private.
@@ -23,7 +28,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    shared_resource: str = "nvidia.com/gpu-shared"
+    # Empty means the backend's own default (see default_shared_resource).
+    shared_resource: str = ""
     gpu_resource: str = "nvidia.com/gpu"
     presets: Mapping[str, int] = field(
         default_factory=lambda: {"training": 4, "inference": 2, "batch": 2, "dev": 1}
@@ -31,12 +37,33 @@ class Config:
     default_slices: int = 1
     max_slice_ratio: int = 1000
     path_token: str | None = None
+    backend: str = "resource"
+    slices_per_gpu: int = 4
+    sharing_degrees: tuple[int, ...] = (4,)
+    sharing_strategy: str = "time-slicing"
+
+    def __post_init__(self) -> None:
+        if not self.shared_resource:
+            shared = default_shared_resource(self.backend, self.gpu_resource)
+            object.__setattr__(self, "shared_resource", shared)
+
+
+def default_shared_resource(backend: str, gpu_resource: str) -> str:
+    if backend == "nvidia":
+        return gpu_resource + NVIDIA_SHARED_SUFFIX
+    return "nvidia.com/gpu-shared"
 
 
 def load_config(environ: Mapping[str, str]) -> Config:
     """Build the configuration from CASTSLICE_* variables; raise ConfigError on any bad value."""
-    shared = _extended_resource(environ, "CASTSLICE_SHARED_RESOURCE", Config.shared_resource)
+    # Imported here: the backends read Config, so config cannot import them at load.
+    from .backends import BACKENDS
+
+    backend = _choice(environ, "CASTSLICE_BACKEND", Config.backend, tuple(BACKENDS))
     gpu = _extended_resource(environ, "CASTSLICE_GPU_RESOURCE", Config.gpu_resource)
+    shared = _extended_resource(
+        environ, "CASTSLICE_SHARED_RESOURCE", default_shared_resource(backend, gpu)
+    )
     if shared == gpu:
         raise ConfigError(
             f"CASTSLICE_SHARED_RESOURCE and CASTSLICE_GPU_RESOURCE are both {gpu!r}; "
@@ -54,6 +81,14 @@ def load_config(environ: Mapping[str, str]) -> Config:
         ),
         max_slice_ratio=max_ratio,
         path_token=_path_token(environ),
+        backend=backend,
+        slices_per_gpu=_positive_int(
+            environ, "CASTSLICE_SLICES_PER_GPU", Config.slices_per_gpu, max_ratio
+        ),
+        sharing_degrees=_sharing_degrees(environ),
+        sharing_strategy=_choice(
+            environ, "CASTSLICE_SHARING_STRATEGY", Config.sharing_strategy, SHARING_STRATEGIES
+        ),
     )
 
 
@@ -140,6 +175,34 @@ def _presets(environ: Mapping[str, str], max_ratio: int) -> dict[str, int]:
             raise ConfigError(f"{name}: workload type {key!r} is listed twice")
         presets[key] = slices
     return presets
+
+
+def _choice(environ: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    if value.strip() not in choices:
+        raise ConfigError(f"{name}={value!r} must be one of: {', '.join(choices)}")
+    return value.strip()
+
+
+def _sharing_degrees(environ: Mapping[str, str]) -> tuple[int, ...]:
+    name = "CASTSLICE_SHARING_DEGREES"
+    value = _value(environ, name)
+    if value is None:
+        return Config.sharing_degrees
+    degrees: list[int] = []
+    for entry in value.split(","):
+        degree = parse_bounded_int(entry.strip(), MAX_SHARING_DEGREE)
+        if degree is None or degree < 2:
+            raise ConfigError(
+                f"{name}: {entry.strip()!r} is not a clients-per-GPU count; want whole numbers "
+                f"from 2 to {MAX_SHARING_DEGREE} separated by commas, as in 4 or 2,4,8"
+            )
+        if degree in degrees:
+            raise ConfigError(f"{name}: {degree} is listed twice")
+        degrees.append(degree)
+    return tuple(sorted(degrees))
 
 
 def _path_token(environ: Mapping[str, str]) -> str | None:

@@ -16,6 +16,7 @@ class ResourceRequirements(TypedDict, total=False):
 
 
 class Container(TypedDict, total=False):
+    name: str | None
     resources: ResourceRequirements | None
 
 
@@ -23,12 +24,14 @@ class PodSpec(TypedDict, total=False):
     initContainers: list[Container] | None
     containers: list[Container] | None
     ephemeralContainers: list[Container] | None
+    nodeSelector: dict[str, str] | None
 
 
 class ObjectMeta(TypedDict, total=False):
     name: str | None
     generateName: str | None
     namespace: str | None
+    labels: dict[str, str] | None
     annotations: dict[str, str] | None
 
 

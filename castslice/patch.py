@@ -1,11 +1,16 @@
-"""RFC 6902 patches that move a Pod's GPU requests onto the shared resource."""
+"""RFC 6902 operations that give a Pod's GPU containers their new resources and placement.
+
+Every path the operations name exists in the object as given (the API server
+rejects a Pod whose patch does not apply), and keys are escaped per RFC 6901.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-from .kube import PodSpec, ResourceRequirements
+from .kube import ObjectMeta, PodSpec, ResourceRequirements
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
@@ -16,78 +21,108 @@ class PatchOperation(TypedDict):
     value: NotRequired[Any]
 
 
+class GpuContainer(NamedTuple):
+    """A container that asks for the GPU resource, and where it sits in the Pod."""
+
+    path: str
+    name: str
+    resources: ResourceRequirements
+
+
 @lru_cache(maxsize=64)
 def escape_pointer_token(token: str) -> str:
     """Escape one JSON Pointer reference token (RFC 6901: `~` first, then `/`)."""
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def build_patch(
-    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
-) -> list[PatchOperation]:
-    """Operations that replace `gpu_resource` with `slices` of `shared_resource`.
-
-    Every path exists in `spec` as given, and an empty list means nothing to change.
-    """
-    groups = patch_by_container(spec, slices, gpu_resource, shared_resource)
-    return [operation for group in groups for operation in group]
-
-
-def patch_by_container(
-    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
-) -> list[list[PatchOperation]]:
-    """build_patch's operations, one non-empty list per container they change."""
-    groups: list[list[PatchOperation]] = []
-    quantity = str(slices)
+def gpu_containers(spec: PodSpec, gpu: str) -> list[GpuContainer]:
+    """The containers of every kind whose requests or limits name `gpu`."""
+    found: list[GpuContainer] = []
     for list_name in CONTAINER_LISTS:
         for index, container in enumerate(spec.get(list_name) or ()):
             resources = (container or {}).get("resources")
             if not resources:
                 continue
-            operations = _container_operations(
-                resources, list_name, index, quantity, gpu_resource, shared_resource
-            )
-            if operations:
-                groups.append(operations)
-    return groups
+            if gpu in (resources.get("requests") or {}) or gpu in (resources.get("limits") or {}):
+                name = container.get("name") or f"{list_name}[{index}]"
+                found.append(GpuContainer(f"/spec/{list_name}/{index}", name, resources))
+    return found
 
 
-def _container_operations(
-    resources: ResourceRequirements,
-    list_name: str,
-    index: int,
-    quantity: str,
-    gpu: str,
-    shared: str,
+def asked_quantity(container: GpuContainer, gpu: str) -> str:
+    """What the container asked for: its GPU limit, or its request when it has no limit."""
+    limits = container.resources.get("limits") or {}
+    requests = container.resources.get("requests") or {}
+    return str(limits[gpu] if gpu in limits else requests[gpu])
+
+
+def build_patch(
+    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
 ) -> list[PatchOperation]:
+    """Operations that replace `gpu_resource` with `slices` of `shared_resource` everywhere."""
+    return [
+        operation
+        for container in gpu_containers(spec, gpu_resource)
+        for operation in resource_operations(container, gpu_resource, shared_resource, slices)
+    ]
+
+
+def resource_operations(
+    container: GpuContainer, gpu: str, resource: str, quantity: int
+) -> list[PatchOperation]:
+    """Make `container` ask for `quantity` of `resource` instead of `gpu`.
+
+    `resource` may be `gpu` itself (only the count changes). Requests and limits
+    end equal, as the API server requires for extended resources.
+    """
+    path = f"{container.path}/resources"
+    resources = container.resources
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
-    if gpu not in requests and gpu not in limits:
-        return []
-
-    path = f"/spec/{list_name}/{index}/resources"
-    gpu_token, shared_token = escape_pointer_token(gpu), escape_pointer_token(shared)
+    value = str(quantity)
+    gpu_token, token = escape_pointer_token(gpu), escape_pointer_token(resource)
     operations: list[PatchOperation] = []
     for field, values in (("requests", requests), ("limits", limits)):
-        if gpu in values:
+        if resource == gpu:
+            if gpu in values and str(values[gpu]) != value:
+                operations.append(
+                    {"op": "replace", "path": f"{path}/{field}/{token}", "value": value}
+                )
+        elif gpu in values:
             operations.append({"op": "remove", "path": f"{path}/{field}/{gpu_token}"})
-            operations.append(
-                {"op": "add", "path": f"{path}/{field}/{shared_token}", "value": quantity}
-            )
-        elif shared in values and values[shared] != quantity:
-            # Extended resources must have equal requests and limits, so a shared
-            # value already in the other map follows the new count.
-            operations.append(
-                {"op": "replace", "path": f"{path}/{field}/{shared_token}", "value": quantity}
-            )
+            operations.append({"op": "add", "path": f"{path}/{field}/{token}", "value": value})
+        elif resource in values and str(values[resource]) != value:
+            # A value already in the other map follows the new count.
+            operations.append({"op": "replace", "path": f"{path}/{field}/{token}", "value": value})
 
-    if gpu in requests and gpu not in limits and shared not in limits:
+    if gpu in requests and gpu not in limits and resource not in limits:
         # The API server requires a limit for extended resources; a request-only
         # GPU container would otherwise be rejected.
         if resources.get("limits") is None:
-            operations.append({"op": "add", "path": f"{path}/limits", "value": {shared: quantity}})
+            operations.append({"op": "add", "path": f"{path}/limits", "value": {resource: value}})
         else:
-            operations.append(
-                {"op": "add", "path": f"{path}/limits/{shared_token}", "value": quantity}
-            )
+            operations.append({"op": "add", "path": f"{path}/limits/{token}", "value": value})
     return operations
+
+
+def map_entries_operations(
+    parent: str, current: Mapping[str, str] | None, entries: Mapping[str, str]
+) -> list[PatchOperation]:
+    """Set `entries` in the string map at `parent` (a nodeSelector, annotations)."""
+    if not entries:
+        return []
+    if current is None:
+        return [{"op": "add", "path": parent, "value": dict(entries)}]
+    return [
+        {"op": "add", "path": f"{parent}/{escape_pointer_token(key)}", "value": value}
+        for key, value in entries.items()
+        if current.get(key) != value
+    ]
+
+
+def node_selector_operations(spec: PodSpec, selector: Mapping[str, str]) -> list[PatchOperation]:
+    return map_entries_operations("/spec/nodeSelector", spec.get("nodeSelector"), selector)
+
+
+def annotation_operations(metadata: ObjectMeta, entries: Mapping[str, str]) -> list[PatchOperation]:
+    return map_entries_operations("/metadata/annotations", metadata.get("annotations"), entries)

@@ -11,7 +11,7 @@ import msgspec
 from werkzeug.exceptions import HTTPException
 
 from . import __version__
-from .admission import Outcome, review_pod
+from .admission import Outcome, PodAdmission
 from .config import Config
 from .log import write_log, write_record
 from .review import (
@@ -52,6 +52,7 @@ class ReviewRecord(msgspec.Struct, kw_only=True, omit_defaults=True, rename="cam
     reason: str | None = None
     slices: int | None = None
     source: str | None = None
+    backend: str | None = None
     containers_changed: int
     warnings: int
     dry_run: bool
@@ -68,6 +69,7 @@ class Webhook:
         log_review: Callable[[ReviewRecord], None] = write_record,
     ) -> None:
         self.config = config
+        self.admission = PodAdmission(config)
         self._log = log
         self._log_review = log_review
         self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})
@@ -125,7 +127,7 @@ class Webhook:
 
         uid = request["uid"]
         try:
-            outcome = review_pod(request, self.config)
+            outcome = self.admission.review(request)
         except Exception as error:  # noqa: BLE001 - a bug here must still admit the Pod
             return self._failed_open(uid, f"{type(error).__name__}: {error}")
 
@@ -160,6 +162,7 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
         reason=outcome.reason,
         slices=outcome.slices,
         source=outcome.source,
+        backend=outcome.backend,
         containers_changed=outcome.containers_changed,
         warnings=len(outcome.response.get("warnings", ())),
         dry_run=bool(request.get("dryRun")),

@@ -102,3 +102,21 @@ def with_resources(pod: dict, list_name: str, index: int, **maps: Any) -> dict:
     expected = copy.deepcopy(pod)
     expected["spec"][list_name][index]["resources"] = maps
     return expected
+
+
+APPLIED = "castslice.castops.io/applied"
+
+
+def applied(
+    pod: dict,
+    slices: int,
+    source: str,
+    original: dict[str, str],
+    backend: str = "resource",
+) -> dict:
+    """`pod` with the decision record CastSlice writes on every Pod it mutates."""
+    record = {"slices": slices, "source": source, "backend": backend, "original": original}
+    marked = copy.deepcopy(pod)
+    annotations = marked["metadata"].setdefault("annotations", {})
+    annotations[APPLIED] = json.dumps(record, separators=(",", ":"))
+    return marked

@@ -11,6 +11,7 @@ from castslice import __version__, log
 from tests.factories import (
     GPU,
     SHARED,
+    applied,
     apply_response,
     container,
     gpu_container,
@@ -50,20 +51,30 @@ def test_opted_in_pod_is_rewritten(client: FlaskClient) -> None:
         containers=[gpu_container("train")],
     )
     response = review_response(client, make_review(pod))
-    assert apply_response(pod, response) == make_pod(
+    expected = make_pod(
         opted_in(**{"castops.io/workload-type": "training"}),
         init_containers=[container("fetch", limits={SHARED: "4"})],
         containers=[container("train", requests={"cpu": "1", SHARED: "4"}, limits={SHARED: "4"})],
     )
-    assert response["auditAnnotations"] == {"slices": "4", "slice-source": "workload-type"}
+    assert apply_response(pod, response) == applied(
+        expected, 4, "workload-type", {"fetch": "1", "train": "1"}
+    )
+    assert response["auditAnnotations"] == {
+        "slices": "4",
+        "slice-source": "workload-type",
+        "backend": "resource",
+    }
     assert "warnings" not in response
 
 
 @pytest.mark.parametrize("path", ["/", "/?timeout=5s", "/mutate", "/a/b/c?timeout=10s&x=1"])
 def test_any_path_serves_reviews(client: FlaskClient, path: str) -> None:
     pod = make_pod(opted_in())
-    assert apply_response(pod, review_response(client, make_review(pod), path)) == make_pod(
+    expected = make_pod(
         opted_in(), containers=[container(requests={"cpu": "1", SHARED: "1"}, limits={SHARED: "1"})]
+    )
+    assert apply_response(pod, review_response(client, make_review(pod), path)) == applied(
+        expected, 1, "default", {"main": "1"}
     )
 
 
@@ -123,7 +134,11 @@ def test_invalid_annotation_warns_and_uses_fallback(client: FlaskClient) -> None
         'castops.io/slice-ratio="1.5" ignored (want a whole number 1-1000); '
         "using 1 slice from workload-type"
     ]
-    assert response["auditAnnotations"] == {"slices": "1", "slice-source": "workload-type"}
+    assert response["auditAnnotations"] == {
+        "slices": "1",
+        "slice-source": "workload-type",
+        "backend": "resource",
+    }
 
 
 def test_opted_in_without_gpu_still_reports_bad_annotations(client: FlaskClient) -> None:
@@ -158,7 +173,7 @@ def test_unexpected_error_admits_the_pod(
     def broken(*_args: object) -> list:
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr("castslice.admission.patch_by_container", broken)
+    monkeypatch.setattr("castslice.admission.gpu_containers", broken)
     response = review_response(client, make_review(make_pod(opted_in())))
     assert "patch" not in response and len(response["warnings"]) == 1
     (line,) = log_lines(capsys)
@@ -190,6 +205,7 @@ def test_one_log_line_per_review_without_pod_contents(
         "decision": "mutated",
         "slices": 2,
         "source": "slice-ratio",
+        "backend": "resource",
         "containersChanged": 1,
         "warnings": 0,
         "dryRun": True,
@@ -366,9 +382,8 @@ def test_configured_resources_and_presets(make_client) -> None:
     pod = make_pod(opted_in(), containers=[container(limits={"example.com/gpu": "1", GPU: "1"})])
     expected_limits = {GPU: "1", "nvidia.com/gpu.shared": "5"}
     response = review_response(client, make_review(pod))
-    assert apply_response(pod, response) == make_pod(
-        opted_in(), containers=[container(limits=expected_limits)]
-    )
+    expected = make_pod(opted_in(), containers=[container(limits=expected_limits)])
+    assert apply_response(pod, response) == applied(expected, 5, "default", {"main": "1"})
     annotations = opted_in(**{"castops.io/workload-type": "llm"})
     pod["metadata"]["annotations"] = annotations
     assert review_response(client, make_review(pod))["auditAnnotations"]["slices"] == "6"

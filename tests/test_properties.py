@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import GPU, POD_KIND, SHARED, decode_patch, make_review
+from tests.factories import APPLIED, GPU, POD_KIND, SHARED, decode_patch, make_review
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -222,8 +222,14 @@ def test_every_review_is_allowed_and_every_patch_is_exact(client, review: dict) 
             # request, if any, equals it.
             assert item["resources"]["limits"][SHARED] == quantity
             assert (item["resources"].get("requests") or {}).get(SHARED, quantity) == quantity
+    if had_gpu:
+        record = json.loads(patched["metadata"]["annotations"].pop(APPLIED))
+        assert record["slices"] == int(quantity) and record["backend"] == "resource"
+        assert patched["metadata"]["annotations"] == pod["metadata"]["annotations"]
     assert without_gpu_keys(patched) == without_gpu_keys(pod)
     assert ("patch" in response) == bool(had_gpu)
+    if had_gpu:
+        patched["metadata"]["annotations"][APPLIED] = json.dumps(record)
 
     # Running on its own output changes nothing.
     again = copy.deepcopy(review)

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd from the versions
-# pinned in go.mod, into a cache outside the repository keyed by those versions,
-# so a second run only checks that the binaries are there.
-# Prints the directory holding the binaries.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler and etcd from
+# the versions pinned in a go.mod (tests/e2e/kube by default, or the directory
+# given as $1, e.g. tests/e2e/kube/oldest), plus KWOK's controller, into a
+# cache outside the repository keyed by those versions, so a second run only
+# checks that the binaries are there. Prints the directory holding them.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go.mod")"
-etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/go.mod")"
+module="$(cd "${1:-$here}" && pwd)"
+kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$module/go.mod")"
+etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module/go.mod")"
+kwok_version="$(cat "$here/kwok.version")"
 cache_root="${CASTSLICE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/castslice}"
-out="$cache_root/kube-$kube_version-etcd-$etcd_version"
-tools=(kube-apiserver kube-controller-manager etcd)
+out="$cache_root/kube-$kube_version-etcd-$etcd_version-kwok-$kwok_version"
+tools=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
 
 complete=1
 for t in "${tools[@]}"; do [[ -x "$out/$t" ]] || complete=0; done
 if [[ $complete == 0 ]]; then
   mkdir -p "$out.tmp"
-  cd "$here"
+  cd "$module"
   minor="${kube_version#v1.}"; minor="${minor%%.*}"
   # What the release build stamps in (hack/lib/version.sh), so /version and
   # `kubectl version` report the pinned release; -s -w drops debug info.
@@ -26,12 +29,15 @@ if [[ $complete == 0 ]]; then
   done
   # -trimpath and no VCS stamping keep the build reproducible; the cache key is the version.
   export GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false" CGO_ENABLED=0
-  go build -ldflags "$ldflags" -o "$out.tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager >&2
+  for t in kube-apiserver kube-controller-manager kube-scheduler; do
+    [[ -x "$out.tmp/$t" ]] || go build -ldflags "$ldflags" -o "$out.tmp/$t" "k8s.io/kubernetes/cmd/$t" >&2
+  done
   # Named explicitly: go build would call it "server" (the import path's last
   # element before the /v3 major-version suffix).
-  go build -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+  [[ -x "$out.tmp/etcd" ]] || go build -ldflags "-s -w" -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3 >&2
+  # KWOK has its own module graph: installed by version, outside this go.mod.
+  [[ -x "$out.tmp/kwok" ]] || (cd / && GOBIN="$out.tmp" GOFLAGS="-trimpath -buildvcs=false" \
+    go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version" >&2)
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
 echo "$out"

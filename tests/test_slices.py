@@ -1,11 +1,11 @@
-"""The slice policy: annotations in, a slice decision out."""
+"""Slice resolution: annotations in, a slice decision out."""
 
 from __future__ import annotations
 
 import pytest
 
 from castslice.config import Config
-from castslice.policy import (
+from castslice.slices import (
     MAX_WARNING_LENGTH,
     SliceDecision,
     is_mirror_pod,

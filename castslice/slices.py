@@ -1,4 +1,4 @@
-"""The slice policy: a Pod's annotations in, a slice decision out.
+"""Slice resolution: a Pod's annotations in, a slice count out.
 
 Pure functions on plain data; no HTTP, no AdmissionReview.
 """
@@ -67,7 +67,7 @@ def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecis
 def _warning(key: str, value: str, why: str, fallback: str) -> str:
     # The annotation, the value and what was used always fit; only the reason is clipped.
     head, tail = f"{key}={shorten(value)} ignored (", f"); using {fallback}"
-    return head + _clip(why, MAX_WARNING_LENGTH - len(head) - len(tail)) + tail
+    return head + clip(why, MAX_WARNING_LENGTH - len(head) - len(tail)) + tail
 
 
 def _known_types(config: Config) -> str:
@@ -86,8 +86,8 @@ def _describe(decision: SliceDecision) -> str:
 def shorten(value: str) -> str:
     """A quoted, printable-ASCII, bounded rendering of an untrusted value."""
     rendered = ascii(value)[1:-1].replace('"', '\\"')
-    return f'"{_clip(rendered, _MAX_VALUE_LENGTH)}"'
+    return f'"{clip(rendered, _MAX_VALUE_LENGTH)}"'
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int = MAX_WARNING_LENGTH) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."

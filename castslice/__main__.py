@@ -1,0 +1,7 @@
+"""`python -m castslice`: the same command line as the `castslice` console script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

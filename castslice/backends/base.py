@@ -1,0 +1,43 @@
+"""What every backend answers, and the arithmetic they share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import NamedTuple, Protocol
+
+from ..config import Config
+
+
+class Placement(NamedTuple):
+    """What every GPU container of a Pod asks for, and the node labels the Pod needs."""
+
+    resource: str
+    quantity: int
+    node_selector: Mapping[str, str]
+    # The share of one physical GPU each container gets, for messages.
+    gpus: Fraction
+
+
+class Backend(Protocol):
+    name: str
+    # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
+    placement_keys: tuple[str, ...]
+
+    def place(self, slices: int) -> Placement: ...
+
+
+def sharing_degree(config: Config, slices: int) -> int | None:
+    """The clients-per-GPU of the sharing pool for `slices`, or None for whole GPUs.
+
+    The largest offered degree M with M <= floor(S / s): each client then gets
+    1/M >= s/S of a GPU, never less than its share.
+    """
+    if slices >= config.slices_per_gpu:
+        return None
+    fitting = [d for d in config.sharing_degrees if d <= config.slices_per_gpu // slices]
+    return max(fitting) if fitting else None
+
+
+def whole_gpus(config: Config, slices: int) -> int:
+    return -(-slices // config.slices_per_gpu)

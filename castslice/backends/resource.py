@@ -1,0 +1,22 @@
+"""The seed's backend: the slice count itself, as a device plugin's shared resource."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from ..config import Config
+from .base import Placement
+
+
+class ResourceBackend:
+    """`CASTSLICE_SHARED_RESOURCE: s`; the device plugin must accept counts above 1."""
+
+    name = "resource"
+    placement_keys: tuple[str, ...] = ()
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    def place(self, slices: int) -> Placement:
+        share = Fraction(slices, self._config.slices_per_gpu)
+        return Placement(self._config.shared_resource, slices, {}, share)
