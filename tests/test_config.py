@@ -34,6 +34,10 @@ def test_every_variable_is_read() -> None:
             "CASTSLICE_DEFAULT_SLICES": "2",
             "CASTSLICE_MAX_SLICE_RATIO": "64",
             "CASTSLICE_PATH_TOKEN": "Zk3_q-Lm.9~abcdefgh",
+            "CASTSLICE_BACKEND": "gke",
+            "CASTSLICE_SLICES_PER_GPU": "8",
+            "CASTSLICE_SHARING_DEGREES": "8, 2,4",
+            "CASTSLICE_SHARING_STRATEGY": "mps",
             "UNRELATED": "ignored",
         }
     )
@@ -44,7 +48,17 @@ def test_every_variable_is_read() -> None:
         default_slices=2,
         max_slice_ratio=64,
         path_token="Zk3_q-Lm.9~abcdefgh",
+        backend="gke",
+        slices_per_gpu=8,
+        sharing_degrees=(2, 4, 8),
+        sharing_strategy="mps",
     )
+
+
+def test_nvidia_backend_defaults_to_the_renamed_shared_resource() -> None:
+    assert load_config({"CASTSLICE_BACKEND": "nvidia"}).shared_resource == "nvidia.com/gpu.shared"
+    config = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_GPU_RESOURCE": "a.io/gpu"})
+    assert config.shared_resource == "a.io/gpu.shared"
 
 
 @pytest.mark.parametrize(
@@ -74,6 +88,15 @@ def test_every_variable_is_read() -> None:
         ("CASTSLICE_MAX_SLICE_RATIO", "0", "must be a whole number from 1 to 1000000"),
         ("CASTSLICE_MAX_SLICE_RATIO", "ten", "must be a whole number from 1 to 1000000"),
         ("CASTSLICE_MAX_SLICE_RATIO", "  ", "is set but empty"),
+        ("CASTSLICE_BACKEND", "dra", "must be one of: resource, nvidia, gke"),
+        ("CASTSLICE_BACKEND", "GKE", "must be one of: resource, nvidia, gke"),
+        ("CASTSLICE_SLICES_PER_GPU", "0", "must be a whole number from 1 to 1000"),
+        ("CASTSLICE_SHARING_DEGREES", "1", "'1' is not a clients-per-GPU count"),
+        ("CASTSLICE_SHARING_DEGREES", "2,,4", "'' is not a clients-per-GPU count"),
+        ("CASTSLICE_SHARING_DEGREES", "4;8", "'4;8' is not a clients-per-GPU count"),
+        ("CASTSLICE_SHARING_DEGREES", "2,4,2", "2 is listed twice"),
+        ("CASTSLICE_SHARING_DEGREES", "1001", "from 2 to 1000"),
+        ("CASTSLICE_SHARING_STRATEGY", "time-sharing", "must be one of: time-slicing, mps"),
         ("CASTSLICE_PATH_TOKEN", "short", "at least 16 characters"),
         ("CASTSLICE_PATH_TOKEN", "has/slash/in/it/000", "at least 16 characters from"),
         ("CASTSLICE_PATH_TOKEN", "has?query=1&more=2", "at least 16 characters from"),

@@ -1,0 +1,217 @@
+"""Backends: the slice count becomes resources and placement, through the deployed entry point."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+
+import pytest
+from flask.testing import FlaskClient
+
+from castslice.backends import sharing_degree, whole_gpus
+from castslice.config import Config
+from tests.factories import (
+    APPLIED,
+    GPU,
+    applied,
+    apply_response,
+    container,
+    gpu_container,
+    make_pod,
+    make_review,
+    opted_in,
+)
+from tests.test_http import review_response
+
+SHARED_NVIDIA = "nvidia.com/gpu.shared"
+REPLICAS = "nvidia.com/gpu.replicas"
+NVIDIA_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+GKE_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+
+
+@pytest.mark.parametrize(
+    ("per_gpu", "degrees", "slices", "degree"),
+    [
+        (4, (4,), 1, 4),
+        (4, (4,), 2, None),  # a pool of 4 would give half a GPU only a quarter
+        (4, (2, 4), 2, 2),
+        (4, (2, 4), 1, 4),
+        (4, (2, 4), 3, None),
+        (4, (2, 4), 4, None),
+        (4, (8,), 1, None),  # 1/8 of a GPU is less than the quarter asked for
+        (8, (2, 4, 8), 1, 8),
+        (8, (2, 4, 8), 2, 4),
+        (8, (2, 4, 8), 3, 2),
+        (8, (2, 4, 8), 5, None),
+        (4, (3,), 1, 3),
+    ],
+)
+def test_sharing_degree_never_gives_less_than_the_share(
+    per_gpu: int, degrees: tuple[int, ...], slices: int, degree: int | None
+) -> None:
+    config = Config(slices_per_gpu=per_gpu, sharing_degrees=degrees)
+    assert sharing_degree(config, slices) == degree
+
+
+@pytest.mark.parametrize(("slices", "gpus"), [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3)])
+def test_whole_gpus_round_up(slices: int, gpus: int) -> None:
+    assert whole_gpus(Config(), slices) == gpus
+
+
+def gpu_pod(workload_type: str | None = None, count: str = "1", **spec: object) -> dict:
+    annotations = opted_in(**({"castops.io/workload-type": workload_type} if workload_type else {}))
+    pod = make_pod(annotations, containers=[gpu_container("app", count)])
+    pod["spec"].update(spec)
+    return pod
+
+
+def expected(pod: dict, resource: str, quantity: str, selector: dict, record: tuple) -> dict:
+    """`pod` with its GPU container moved to `quantity` of `resource`, placed by `selector`."""
+    result = copy.deepcopy(pod)
+    result["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", resource: quantity},
+        "limits": {resource: quantity},
+    }
+    if selector:
+        result["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), **selector}
+    return applied(result, *record)
+
+
+# (backend, environment, workload type, GPUs asked) -> (resource, quantity, nodeSelector)
+CASES = {
+    "resource dev": ("resource", {}, "dev", ("nvidia.com/gpu-shared", "1", {})),
+    "resource training": ("resource", {}, "training", ("nvidia.com/gpu-shared", "4", {})),
+    "nvidia dev shares a GPU of 4": (
+        "nvidia",
+        {},
+        "dev",
+        (SHARED_NVIDIA, "1", {REPLICAS: "4", NVIDIA_STRATEGY: "time-slicing"}),
+    ),
+    "nvidia inference without a pool of 2 gets a whole GPU": (
+        "nvidia",
+        {},
+        "inference",
+        (GPU, "1", {NVIDIA_STRATEGY: "none"}),
+    ),
+    "nvidia inference on a pool of 2, MPS": (
+        "nvidia",
+        {"CASTSLICE_SHARING_DEGREES": "2,4", "CASTSLICE_SHARING_STRATEGY": "mps"},
+        "inference",
+        (SHARED_NVIDIA, "1", {REPLICAS: "2", NVIDIA_STRATEGY: "mps"}),
+    ),
+    "nvidia training is a whole GPU": (
+        "nvidia",
+        {"CASTSLICE_SHARING_DEGREES": "2,4"},
+        "training",
+        (GPU, "1", {NVIDIA_STRATEGY: "none"}),
+    ),
+    "gke dev": (
+        "gke",
+        {},
+        "dev",
+        (GPU, "1", {GKE_STRATEGY: "time-sharing", GKE_CLIENTS: "4"}),
+    ),
+    "gke inference on MPS pools of 2": (
+        "gke",
+        {"CASTSLICE_SHARING_DEGREES": "2", "CASTSLICE_SHARING_STRATEGY": "mps"},
+        "inference",
+        (GPU, "1", {GKE_STRATEGY: "mps", GKE_CLIENTS: "2"}),
+    ),
+    "gke training": ("gke", {}, "training", (GPU, "1", {})),
+}
+
+
+@pytest.mark.parametrize(("backend", "env", "workload_type", "want"), CASES.values(), ids=CASES)
+def test_each_backend_rewrites_the_whole_pod(
+    make_client: Callable[..., FlaskClient],
+    backend: str,
+    env: dict,
+    workload_type: str,
+    want: tuple,
+) -> None:
+    client = make_client(CASTSLICE_BACKEND=backend, **env)
+    pod = gpu_pod(workload_type)
+    response = review_response(client, make_review(pod))
+    resource, quantity, selector = want
+    slices = {"dev": 1, "inference": 2, "training": 4}[workload_type]
+    record = (slices, "workload-type", {"app": "1"}, backend)
+    assert apply_response(pod, response) == expected(pod, resource, quantity, selector, record)
+    assert response["auditAnnotations"]["backend"] == backend
+    assert "warnings" not in response
+
+
+def test_whole_gpus_for_more_than_one_gpu_of_slices(make_client: Callable[..., FlaskClient]):
+    client = make_client(CASTSLICE_BACKEND="gke")
+    pod = gpu_pod(count="2")
+    pod["metadata"]["annotations"]["castops.io/slice-ratio"] = "6"
+    response = review_response(client, make_review(pod))
+    assert apply_response(pod, response) == expected(
+        pod, GPU, "2", {}, (6, "slice-ratio", {"app": "2"}, "gke")
+    )
+
+
+def test_existing_node_selector_keeps_its_keys(make_client: Callable[..., FlaskClient]) -> None:
+    client = make_client(CASTSLICE_BACKEND="nvidia")
+    pod = gpu_pod("dev", nodeSelector={"kubernetes.io/arch": "amd64"})
+    response = review_response(client, make_review(pod))
+    selector = {REPLICAS: "4", NVIDIA_STRATEGY: "time-slicing"}
+    record = (1, "workload-type", {"app": "1"}, "nvidia")
+    assert apply_response(pod, response) == expected(pod, SHARED_NVIDIA, "1", selector, record)
+
+
+@pytest.mark.parametrize(
+    ("backend", "key"),
+    [
+        ("nvidia", REPLICAS),
+        ("nvidia", NVIDIA_STRATEGY),
+        ("gke", GKE_STRATEGY),
+        ("gke", GKE_CLIENTS),
+    ],
+)
+def test_hand_placed_pod_is_left_alone_with_a_warning(
+    make_client: Callable[..., FlaskClient], backend: str, key: str
+) -> None:
+    client = make_client(CASTSLICE_BACKEND=backend)
+    pod = gpu_pod("dev", nodeSelector={key: "2"})
+    response = review_response(client, make_review(pod))
+    assert apply_response(pod, response) == pod
+    (warning,) = response["warnings"]
+    assert key in warning and "unchanged" in warning and len(warning) <= 120
+
+
+def test_fewer_gpus_than_asked_is_said(make_client: Callable[..., FlaskClient]) -> None:
+    client = make_client(CASTSLICE_BACKEND="nvidia")
+    response = review_response(client, make_review(gpu_pod(count="2")))
+    assert response["warnings"] == [
+        'container "app" asked for 2 nvidia.com/gpu; castslice gives it 1/4 of a GPU'
+    ]
+    response = review_response(client, make_review(gpu_pod("training", count="1")))
+    assert "warnings" not in response
+
+
+@pytest.mark.parametrize("backend", ["resource", "nvidia", "gke"])
+@pytest.mark.parametrize("workload_type", ["dev", "inference", "training"])
+def test_a_pod_with_the_record_is_never_changed_again(
+    make_client: Callable[..., FlaskClient], backend: str, workload_type: str
+) -> None:
+    client = make_client(CASTSLICE_BACKEND=backend, CASTSLICE_SHARING_DEGREES="2,4")
+    pod = gpu_pod(workload_type, count="3")
+    once = apply_response(pod, review_response(client, make_review(pod)))
+    assert json.loads(once["metadata"]["annotations"][APPLIED])["original"] == {"app": "3"}
+    again = review_response(client, make_review(once))
+    assert again == {"uid": again["uid"], "allowed": True}
+
+
+def test_requests_and_limits_stay_equal_when_only_the_count_changes(
+    make_client: Callable[..., FlaskClient],
+) -> None:
+    client = make_client(CASTSLICE_BACKEND="gke")
+    pod = make_pod(opted_in(), containers=[container("app", requests={GPU: "3"})])
+    response = review_response(client, make_review(pod))
+    patched = apply_response(pod, response)
+    assert patched["spec"]["containers"][0]["resources"] == {
+        "requests": {GPU: "1"},
+        "limits": {GPU: "1"},
+    }
