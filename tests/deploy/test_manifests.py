@@ -1,14 +1,15 @@
 """The Kubernetes manifests of the Knative and in-cluster variants.
 
 Built-in kinds are validated offline against the Kubernetes OpenAPI schemas
-(kubernetes-validate, strict: unknown fields fail). cert-manager and Knative
-kinds are custom resources whose schemas it does not ship; they are checked by
-the assertions below instead.
+(kubernetes-validate, strict: unknown fields fail). cert-manager, Knative and
+Prometheus Operator kinds are custom resources whose schemas it does not ship;
+they are checked by the assertions below instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -16,18 +17,25 @@ import pytest
 
 import castslice.tls
 
-from .variants import SAMPLE_IMAGE, SHARED_WEBHOOK, containers, load_yaml, of_kind, only
+from .conftest import kubectl
+from .variants import (
+    SAMPLE_IMAGE,
+    SHARED_WEBHOOK,
+    built_in,
+    container_environment,
+    containers,
+    copy_infra,
+    load_yaml,
+    of_kind,
+    only,
+    render,
+)
 
 Build = Callable[[str], list[dict[str, Any]]]
 
 # matchConditions are GA from 1.30; 1.37 is what the end-to-end suite runs.
 KUBERNETES_VERSIONS = ("1.30", "1.37")
-CUSTOM_GROUPS = ("cert-manager.io/", "serving.knative.dev/")
 NAMESPACE = "castslice"
-
-
-def built_in(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [obj for obj in objects if not obj["apiVersion"].startswith(CUSTOM_GROUPS)]
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -188,3 +196,74 @@ class TestKnative:
 
     def test_pods_are_restricted_except_for_a_writable_root(self, service: dict[str, Any]) -> None:
         assert_restricted(service["spec"]["template"]["spec"], read_only_root=False)
+
+
+def with_monitoring(infra: Path) -> list[dict[str, Any]]:
+    """The in-cluster variant with the monitoring component enabled the way its
+    kustomization.yaml says: by uncommenting `components`."""
+    kustomization = infra / "in-cluster" / "kustomization.yaml"
+    text = kustomization.read_text()
+    commented = "# components:\n#   - monitoring\n"
+    assert commented in text, "kustomization.yaml no longer offers the monitoring component"
+    kustomization.write_text(text.replace(commented, "components:\n  - monitoring\n"))
+    return render(kubectl(), infra, "in-cluster")
+
+
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return with_monitoring(copy_infra(tmp_path_factory.mktemp("monitoring")))
+
+
+class TestMonitoringComponent:
+    @pytest.fixture
+    def objects(self, monitored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return monitored
+
+    @pytest.fixture
+    def container(self, objects: list[dict[str, Any]]) -> dict[str, Any]:
+        return only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+    def test_off_by_default(self, kustomize: Build) -> None:
+        objects = kustomize("in-cluster")
+        container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert "PodMonitor" not in {obj["kind"] for obj in objects}
+        assert [port["name"] for port in container["ports"]] == ["https"]
+        assert container_environment(objects, container).get("CASTSLICE_METRICS") != "true"
+
+    def test_metrics_are_on_and_served_on_the_named_port(
+        self, objects: list[dict[str, Any]], container: dict[str, Any]
+    ) -> None:
+        environment = container_environment(objects, container)
+        assert environment["CASTSLICE_METRICS"] == "true"
+        (metrics,) = [port for port in container["ports"] if port["name"] == "metrics"]
+        assert metrics == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+        assert environment["CASTSLICE_METRICS_PORT"] == str(metrics["containerPort"])
+        # The webhook port is untouched.
+        assert {port["name"] for port in container["ports"]} == {"https", "metrics"}
+
+    def test_the_pod_monitor_scrapes_that_port_of_the_castslice_pods(
+        self, objects: list[dict[str, Any]]
+    ) -> None:
+        monitor = only(objects, "PodMonitor")
+        deployment = only(objects, "Deployment")
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        # No namespaceSelector: Prometheus looks in the PodMonitor's own namespace.
+        assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        assert "namespaceSelector" not in monitor["spec"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert monitor["spec"]["podMetricsEndpoints"] == [
+            {"port": "metrics", "path": "/metrics", "scheme": "http"}
+        ]
+
+    def test_no_service_exposes_the_metrics_port(self, objects: list[dict[str, Any]]) -> None:
+        (service,) = [obj for obj in of_kind(objects, "Service") if obj["apiVersion"] == "v1"]
+        assert [port["targetPort"] for port in service["spec"]["ports"]] == ["https"]
+
+    @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+    def test_built_in_kinds_still_match_the_kubernetes_schemas(
+        self, objects: list[dict[str, Any]], version: str
+    ) -> None:
+        for obj in built_in(objects):
+            kubernetes_validate.validate(obj, version, strict=True)
+        assert_restricted(only(objects, "Deployment")["spec"]["template"]["spec"])

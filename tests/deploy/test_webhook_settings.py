@@ -17,6 +17,7 @@ from .variants import (
     assert_webhook_contract,
     blocks,
     cloud_run_configuration,
+    container_environment,
     load_hcl,
     load_yaml,
     of_kind,
@@ -93,7 +94,7 @@ def test_knative_calls_the_service_url_with_the_token_the_service_expects(
     configuration = only(objects, "MutatingWebhookConfiguration")
     knative_service = only(objects, "Service")
     container = knative_service["spec"]["template"]["spec"]["containers"][0]
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = container_environment(objects, container)
 
     assert container["image"] == SAMPLE_IMAGE
     assert env["CASTSLICE_PATH_TOKEN"] == SAMPLE_TOKEN
@@ -112,9 +113,11 @@ def test_terraform_applies_the_shared_file_with_only_the_url_replaced() -> None:
         '${yamldecode(file("${path.module}/webhook/mutatingwebhookconfiguration.yaml"))}'
     )
     assert (INFRA / "webhook" / "mutatingwebhookconfiguration.yaml") == SHARED_WEBHOOK
-    # Each webhook of the shared file, with clientConfig set to {url} and nothing else.
+    # Each webhook of the shared file, with clientConfig set to {url} and nothing else;
+    # the configuration's name is var.webhook_name (default: the file's, castslice).
     assert normalized(local["webhook_manifest"]) == normalized(
-        "${merge(local.webhook_settings, {webhooks = [for webhook in "
+        "${merge(local.webhook_settings, {metadata = merge(local.webhook_settings.metadata, "
+        "{name = var.webhook_name}), webhooks = [for webhook in "
         "local.webhook_settings.webhooks : merge(webhook, "
         "{clientConfig = {url = local.webhook_url}})]})}"
     )

@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 SHARED_WEBHOOK = INFRA / "webhook" / "mutatingwebhookconfiguration.yaml"
 KUSTOMIZE_VARIANTS = ("in-cluster", "knative")
+# Custom resources: kubernetes-validate ships no schema for them.
+CUSTOM_GROUPS = ("cert-manager.io/", "serving.knative.dev/", "monitoring.coreos.com/")
 
 # What the sample settings files put into the variants.
 SAMPLE_IMAGE = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice:0123abc"
@@ -57,11 +59,13 @@ def blocks(document: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def copy_infra(destination: Path) -> Path:
-    """A copy of infra/ with sample castslice.env files, as a user would have it."""
+    """A copy of infra/ with sample castslice.env files and the shipped policy.yaml.example
+    as policy.yaml, as a user would have it."""
     copy = destination / "infra"
     shutil.copytree(INFRA, copy, ignore=shutil.ignore_patterns(".terraform", "*.tfstate*"))
     for variant, settings in VARIANT_SETTINGS.items():
         (copy / variant / "castslice.env").write_text(settings)
+        shutil.copyfile(copy / variant / "policy.yaml.example", copy / variant / "policy.yaml")
     return copy
 
 
@@ -87,6 +91,11 @@ def cloud_run_configuration(service_uri: str = SAMPLE_CLOUD_RUN_URI) -> dict[str
     return {**settings, "webhooks": webhooks}
 
 
+def built_in(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects of Kubernetes' own kinds, which have a schema to validate against."""
+    return [obj for obj in objects if not obj["apiVersion"].startswith(CUSTOM_GROUPS)]
+
+
 def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [obj for obj in objects if obj["kind"] == kind]
 
@@ -100,6 +109,25 @@ def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 def containers(pod_spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from pod_spec.get("initContainers", [])
     yield from pod_spec["containers"]
+
+
+def config_map(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The rendered ConfigMap called `name` (its generated name, hash included)."""
+    (found,) = [obj for obj in of_kind(objects, "ConfigMap") if obj["metadata"]["name"] == name]
+    return found
+
+
+def container_environment(
+    objects: list[dict[str, Any]], container: dict[str, Any]
+) -> dict[str, str]:
+    """The environment the kubelet would give `container`: its envFrom ConfigMaps in order,
+    then its env, which wins over them."""
+    environment: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        data = config_map(objects, source["configMapRef"]["name"]).get("data", {})
+        environment.update({source.get("prefix", "") + key: value for key, value in data.items()})
+    environment.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return environment
 
 
 def without_client_config(configuration: dict[str, Any]) -> dict[str, Any]:
@@ -117,20 +145,13 @@ def assert_webhook_contract(configuration: dict[str, Any]) -> None:
     """Every setting the contract requires of a shipped webhook registration."""
     assert configuration["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert configuration["kind"] == "MutatingWebhookConfiguration"
-    assert configuration["webhooks"], "no webhook in the configuration"
+    names = [webhook["name"] for webhook in configuration["webhooks"]]
+    assert names == ["pods.castslice.castops.io", "workloads.castslice.castops.io"]
     for webhook in configuration["webhooks"]:
         labels = webhook["name"].split(".")
         assert len(labels) >= 3, webhook["name"]
         assert all(_DNS_LABEL.fullmatch(label) for label in labels), webhook["name"]
-        assert webhook["rules"] == [
-            {
-                "operations": ["CREATE"],
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "scope": "*",
-            }
-        ]
+        assert webhook["rules"] == _WEBHOOK_RULES[webhook["name"]]
         assert webhook["failurePolicy"] == "Ignore"
         assert webhook["sideEffects"] == "None"
         assert webhook["admissionReviewVersions"] == ["v1"]
@@ -148,5 +169,38 @@ def assert_webhook_contract(configuration: dict[str, Any]) -> None:
         }
         assert "objectSelector" not in webhook
         expressions = " ".join(c["expression"] for c in webhook["matchConditions"])
+        if webhook["name"].startswith("workloads."):
+            assert "k.startsWith('castops.io/')" in expressions
+            continue
         assert "object.metadata.annotations['castops.io/optimize'] == 'true'" in expressions
         assert "!('kubernetes.io/config.mirror' in object.metadata.annotations)" in expressions
+
+
+# The Pod webhook rewrites Pods; the workload webhook only warns about annotated workloads.
+_WEBHOOK_RULES = {
+    "pods.castslice.castops.io": [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "scope": "*",
+        }
+    ],
+    "workloads.castslice.castops.io": [
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": ["apps"],
+            "apiVersions": ["v1"],
+            "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+            "scope": "Namespaced",
+        },
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": ["batch"],
+            "apiVersions": ["v1"],
+            "resources": ["jobs", "cronjobs"],
+            "scope": "Namespaced",
+        },
+    ],
+}
