@@ -3,21 +3,61 @@ project_id = "my-project"
 region     = "europe-west1"
 
 # Pushed by cloudbuild.yaml (tagged with the commit) or by
-# `gcloud builds submit --tag` (see the README); the module runs it by digest.
+# `gcloud builds submit --tag` (see the README).
 image = "castslice:3f2a9c1"
 
-# The cluster that gets the MutatingWebhookConfiguration.
+# The cluster that gets the MutatingWebhookConfiguration, and its name there.
 kubeconfig_path = "~/.kube/config"
 kube_context    = "gke_my-project_europe-west1_gpu-cluster"
+webhook_name    = "castslice"
 
 min_instances           = 1
 max_instances           = 5
 concurrency             = 40
 request_timeout_seconds = 10
+cpu                     = "1"
+memory                  = "512Mi"
+# Request-based billing: CastSlice does no work between requests.
+cpu_idle = true
+
+# How Pods share GPUs. gke: GKE GPU sharing node pools, one per sharing degree
+# (created below); nvidia: the NVIDIA device plugin / GPU Operator; resource: a
+# device plugin that offers the shared resource.
+backend          = "gke"
+slices_per_gpu   = 4
+sharing_degrees  = [2, 4]
+sharing_strategy = "time-slicing"
+
+# Namespaces and labelled workloads enrolled without annotating each Pod.
+policy = <<-EOT
+  rules:
+    - name: research namespaces share by default
+      namespaces: [research, "team-*"]
+      optimize: true
+      workloadType: dev
+EOT
 
 castslice_env = {
-  CASTSLICE_SHARED_RESOURCE = "nvidia.com/gpu-shared"
+  CASTSLICE_PRESETS = "training=4,inference=2,batch=2,dev=1"
 }
+
+# Optional, off when null: GPU node pools added to the existing cluster for the
+# gke backend, one per sharing degree plus one of whole GPUs.
+gke_gpu_node_pools = {
+  cluster          = "gpu-cluster"
+  location         = "europe-west4"
+  node_locations   = ["europe-west4-a"]
+  machine_type     = "g2-standard-8"
+  accelerator_type = "nvidia-l4"
+  min_nodes        = 0
+  max_nodes        = 2
+}
+
+# Log-based metrics, a dashboard and alert policies; alerts go to these channels.
+monitoring_enabled = true
+notification_channels = [
+  # "projects/my-project/notificationChannels/1234567890",
+]
 
 # The account Cloud Build runs cloudbuild.yaml as; it gets exactly the rights to
 # push, deploy and act as the runtime service account.

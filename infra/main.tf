@@ -2,7 +2,7 @@
 #
 # The webhook settings are not written here: they come from
 # webhook/mutatingwebhookconfiguration.yaml, shared with the Knative and
-# in-cluster variants, and only clientConfig is replaced.
+# in-cluster variants; only the configuration's name and each clientConfig are replaced.
 
 provider "google" {
   project = var.project_id
@@ -22,21 +22,41 @@ locals {
   webhook_url = "${google_cloud_run_v2_service.castslice.uri}/${random_password.path_token.result}"
 
   webhook_manifest = merge(local.webhook_settings, {
+    # Two installations in one cluster (Terraform, Knative, in-cluster, a test
+    # suite) must not overwrite each other's registration.
+    metadata = merge(local.webhook_settings.metadata, { name = var.webhook_name })
     webhooks = [
       for webhook in local.webhook_settings.webhooks :
       merge(webhook, { clientConfig = { url = local.webhook_url } })
     ]
   })
 
+  # The image in this module's repository. Cloud Run resolves a tag to its digest
+  # when it creates a revision, so a revision never changes under a moved tag.
+  image = "${var.region}-docker.pkg.dev/${var.project_id}/${var.repository_id}/${var.image}"
+
   # Plain settings only: a dynamic block cannot iterate over the sensitive token.
-  container_env = merge(var.castslice_env, {
-    # functions-framework's gunicorn threads, matched to the requests Cloud Run sends at once.
-    THREADS = tostring(var.concurrency)
-  })
+  container_env = merge(
+    var.castslice_env,
+    {
+      CASTSLICE_BACKEND          = var.backend
+      CASTSLICE_SLICES_PER_GPU   = tostring(var.slices_per_gpu)
+      CASTSLICE_SHARING_DEGREES  = join(",", [for degree in var.sharing_degrees : tostring(degree)])
+      CASTSLICE_SHARING_STRATEGY = var.sharing_strategy
+      # functions-framework's gunicorn threads, matched to the requests Cloud Run sends at once.
+      THREADS = tostring(var.concurrency)
+    },
+    var.policy == null ? {} : { CASTSLICE_POLICY = var.policy },
+  )
+
+  apis = toset(concat(
+    ["artifactregistry.googleapis.com", "iam.googleapis.com", "run.googleapis.com"],
+    var.monitoring_enabled ? ["logging.googleapis.com", "monitoring.googleapis.com"] : [],
+  ))
 }
 
 resource "google_project_service" "apis" {
-  for_each = toset(["artifactregistry.googleapis.com", "run.googleapis.com"])
+  for_each = local.apis
 
   service = each.value
   # Other workloads in the project may use these APIs.
@@ -53,12 +73,21 @@ resource "google_artifact_registry_repository" "castslice" {
   depends_on = [google_project_service.apis]
 }
 
-# Resolves var.image to its digest. Reading it fails while the image is not
-# pushed yet, so the service is never created pointing at a missing image.
-data "google_artifact_registry_docker_image" "castslice" {
-  location      = google_artifact_registry_repository.castslice.location
-  repository_id = google_artifact_registry_repository.castslice.repository_id
-  image_name    = var.image
+# Whether var.image is in the repository, on every plan. A check, not a data source the
+# service reads: cloudbuild.yaml deploys later images itself, and once a cleanup policy
+# deletes the first tag a failing lookup would stop every later plan. Here it only warns,
+# and on the first plan that warning says to push the image before applying.
+check "image_is_pushed" {
+  data "google_artifact_registry_docker_image" "castslice" {
+    location      = var.region
+    repository_id = var.repository_id
+    image_name    = var.image
+  }
+
+  assert {
+    condition     = data.google_artifact_registry_docker_image.castslice.self_link != ""
+    error_message = "Image ${var.image} is not in the ${var.repository_id} repository: push it before the first apply (later releases are deployed by cloudbuild.yaml, so after that this only means an old tag was cleaned up)."
+  }
 }
 
 # The identity the service runs as. It holds no role: CastSlice calls no Google
@@ -67,6 +96,9 @@ data "google_artifact_registry_docker_image" "castslice" {
 resource "google_service_account" "runtime" {
   account_id   = "${var.service_name}-runtime"
   display_name = "CastSlice admission webhook (Cloud Run runtime)"
+
+  # In a fresh project the IAM API is enabled by this module first.
+  depends_on = [google_project_service.apis]
 }
 
 resource "random_password" "path_token" {
@@ -102,7 +134,7 @@ resource "google_cloud_run_v2_service" "castslice" {
     }
 
     containers {
-      image = data.google_artifact_registry_docker_image.castslice.self_link
+      image = local.image
 
       ports {
         container_port = 8080
@@ -114,11 +146,9 @@ resource "google_cloud_run_v2_service" "castslice" {
           memory = var.memory
         }
         startup_cpu_boost = true
-        # CPU stays allocated between requests: CastSlice writes its log lines from a
-        # background thread shortly after each answer, and a throttled instance would
-        # hold them until the next request. It also spares the first review after an
-        # idle spell the throttled CPU's slow start.
-        cpu_idle = false
+        # true: request-based billing. CastSlice writes every log line before it
+        # answers, so nothing is left to do once the response is sent.
+        cpu_idle = var.cpu_idle
       }
 
       env {
@@ -154,12 +184,20 @@ resource "google_cloud_run_v2_service" "castslice" {
   }
 
   lifecycle {
-    # After the first apply, cloudbuild.yaml deploys new images with
-    # `gcloud run deploy`; Terraform keeps every other setting.
+    # After the first apply, cloudbuild.yaml deploys new images with `gcloud run
+    # deploy`, which also records itself on the service and the template; removing
+    # those records would roll a new revision on every plan. Terraform keeps every
+    # other setting.
     ignore_changes = [
       template[0].containers[0].image,
       client,
       client_version,
+      annotations["client.knative.dev/user-image"],
+      annotations["run.googleapis.com/client-name"],
+      annotations["run.googleapis.com/client-version"],
+      template[0].annotations["client.knative.dev/user-image"],
+      template[0].annotations["run.googleapis.com/client-name"],
+      template[0].annotations["run.googleapis.com/client-version"],
     ]
   }
 
@@ -169,6 +207,8 @@ resource "google_cloud_run_v2_service" "castslice" {
 # kubernetes_manifest rather than kubernetes_mutating_webhook_configuration_v1:
 # the typed resource has no match_conditions (hashicorp/terraform-provider-kubernetes
 # issue 2750), and the shared file is applied as it is, by server-side apply.
+# The object holds the token-bearing URL, so plans, `terraform show` and the state
+# show it: no output of this module refers to it.
 resource "kubernetes_manifest" "webhook" {
   manifest = local.webhook_manifest
 }

@@ -42,7 +42,7 @@ variable "repository_id" {
 }
 
 variable "image" {
-  description = "Image in the Artifact Registry repository, as NAME:TAG or NAME@sha256:DIGEST (e.g. castslice:3f2a9c1, as pushed by cloudbuild.yaml). It must be pushed before apply: the service runs it by digest."
+  description = "Image in the Artifact Registry repository, as NAME:TAG or NAME@sha256:DIGEST (e.g. castslice:3f2a9c1, as pushed by cloudbuild.yaml). Push it before the first apply; a plan warns while it is not in the repository. Later releases are deployed by cloudbuild.yaml, and Terraform leaves the running image alone."
   type        = string
 
   validation {
@@ -112,7 +112,7 @@ variable "cpu" {
 }
 
 variable "memory" {
-  description = "Memory limit of one instance (e.g. \"512Mi\", \"1Gi\")."
+  description = "Memory limit of one instance (e.g. \"512Mi\", \"1Gi\"), within what Cloud Run allows for the cpu value: 128Mi-4Gi with 1 vCPU, 128Mi-8Gi with 2, 2Gi-16Gi with 4, 4Gi-24Gi with 6, 4Gi-32Gi with 8. The second generation execution environment needs at least 512Mi."
   type        = string
   default     = "512Mi"
 
@@ -120,6 +120,22 @@ variable "memory" {
     condition     = can(regex("^[1-9][0-9]*(Mi|Gi)$", var.memory))
     error_message = "memory must be a quantity in Mi or Gi, such as 512Mi or 1Gi."
   }
+
+  # Cloud Run's own table, so that a pair it refuses fails at plan rather than at apply.
+  # A malformed memory or cpu is reported by its own validation only.
+  validation {
+    condition = !can(regex("^[1-9][0-9]*(Mi|Gi)$", var.memory)) || !contains(["1", "2", "4", "6", "8"], var.cpu) || (
+      tonumber(regex("^[0-9]+", var.memory)) * (endswith(var.memory, "Gi") ? 1024 : 1) >= { "1" = 128, "2" = 128, "4" = 2048, "6" = 4096, "8" = 4096 }[var.cpu] &&
+      tonumber(regex("^[0-9]+", var.memory)) * (endswith(var.memory, "Gi") ? 1024 : 1) <= { "1" = 4096, "2" = 8192, "4" = 16384, "6" = 24576, "8" = 32768 }[var.cpu]
+    )
+    error_message = "memory ${var.memory} does not go with cpu ${var.cpu}: Cloud Run allows 128Mi to 4Gi with 1 vCPU, 128Mi to 8Gi with 2, 2Gi to 16Gi with 4, 4Gi to 24Gi with 6 and 4Gi to 32Gi with 8."
+  }
+}
+
+variable "cpu_idle" {
+  description = "true (the default): request-based billing, CPU only while a request is served and an idle instance billed at the idle rate; CastSlice writes every log line before it answers, so it needs nothing more. false: instance-based billing, CPU always allocated. For the default single 1 vCPU / 512Mi instance, about $10 against $50 a month at Cloud Run's 2026 Tier 1 list prices ($5 against $45 after the monthly free tier)."
+  type        = bool
+  default     = true
 }
 
 variable "path_token_length" {
@@ -134,13 +150,81 @@ variable "path_token_length" {
 }
 
 variable "castslice_env" {
-  description = "Further CastSlice settings for the service, e.g. { CASTSLICE_SHARED_RESOURCE = \"nvidia.com/gpu.shared\" }. CASTSLICE_PATH_TOKEN is managed by this module."
+  description = "Further CastSlice settings for the service, e.g. { CASTSLICE_SHARED_RESOURCE = \"nvidia.com/gpu.shared\" }. The path token, the backend and sharing settings and the policy have variables of their own."
   type        = map(string)
   default     = {}
 
   validation {
-    condition     = alltrue([for name in keys(var.castslice_env) : can(regex("^CASTSLICE_[A-Z0-9_]+$", name)) && name != "CASTSLICE_PATH_TOKEN"])
-    error_message = "castslice_env keys must be CASTSLICE_* variables, and CASTSLICE_PATH_TOKEN is set by this module."
+    condition     = alltrue([for name in keys(var.castslice_env) : can(regex("^CASTSLICE_[A-Z0-9_]+$", name))])
+    error_message = "castslice_env keys must be CASTSLICE_* variables."
+  }
+
+  validation {
+    condition = length(setintersection(keys(var.castslice_env), [
+      "CASTSLICE_PATH_TOKEN", "CASTSLICE_BACKEND", "CASTSLICE_SLICES_PER_GPU", "CASTSLICE_SHARING_DEGREES",
+      "CASTSLICE_SHARING_STRATEGY", "CASTSLICE_POLICY", "CASTSLICE_POLICY_FILE",
+    ])) == 0
+    error_message = "castslice_env must not set CASTSLICE_PATH_TOKEN (managed by this module), CASTSLICE_BACKEND, CASTSLICE_SLICES_PER_GPU, CASTSLICE_SHARING_DEGREES, CASTSLICE_SHARING_STRATEGY or CASTSLICE_POLICY (use the variables backend, slices_per_gpu, sharing_degrees, sharing_strategy and policy), nor CASTSLICE_POLICY_FILE (the service has no file to read: use policy)."
+  }
+}
+
+variable "backend" {
+  description = "How opted-in Pods are made to share GPUs (CASTSLICE_BACKEND): \"resource\" rewrites nvidia.com/gpu into the shared resource; \"nvidia\" targets nodes shared by the NVIDIA device plugin or GPU Operator (GPU Feature Discovery labels); \"gke\" targets GKE GPU sharing node pools (see gke_gpu_node_pools)."
+  type        = string
+  default     = "resource"
+
+  validation {
+    condition     = contains(["resource", "nvidia", "gke"], var.backend)
+    error_message = "backend must be one of: resource, nvidia, gke."
+  }
+}
+
+variable "slices_per_gpu" {
+  description = "Slices that make one whole GPU (CASTSLICE_SLICES_PER_GPU). With the default 4, a training Pod (4 slices) gets a whole GPU, inference half, dev a quarter."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.slices_per_gpu >= 1 && floor(var.slices_per_gpu) == var.slices_per_gpu && var.slices_per_gpu <= try(tonumber(lookup(var.castslice_env, "CASTSLICE_MAX_SLICE_RATIO", "1000")), 1000)
+    error_message = "slices_per_gpu must be a whole number from 1 to CASTSLICE_MAX_SLICE_RATIO (1000 unless castslice_env sets it)."
+  }
+}
+
+variable "sharing_degrees" {
+  description = "Clients per GPU that the cluster's sharing node pools offer (CASTSLICE_SHARING_DEGREES): GKE max_shared_clients_per_gpu, NVIDIA replicas. A fractional share goes to the largest degree that still gives the Pod at least its share. With gke_gpu_node_pools, one pool is created per degree."
+  type        = list(number)
+  default     = [4]
+
+  validation {
+    condition     = length(var.sharing_degrees) > 0 && alltrue([for degree in var.sharing_degrees : degree >= 2 && degree <= 1000 && floor(degree) == degree])
+    error_message = "sharing_degrees must list whole numbers from 2 to 1000, as in [4] or [2, 4, 8]."
+  }
+
+  validation {
+    condition     = length(distinct(var.sharing_degrees)) == length(var.sharing_degrees)
+    error_message = "sharing_degrees must not list a degree twice."
+  }
+}
+
+variable "sharing_strategy" {
+  description = "How the nodes share a GPU (CASTSLICE_SHARING_STRATEGY): \"time-slicing\" or \"mps\". GKE calls them TIME_SHARING and MPS."
+  type        = string
+  default     = "time-slicing"
+
+  validation {
+    condition     = contains(["time-slicing", "mps"], var.sharing_strategy)
+    error_message = "sharing_strategy must be time-slicing or mps."
+  }
+}
+
+variable "policy" {
+  description = "Enrolment policy, inline YAML or JSON (CASTSLICE_POLICY): rules that opt whole namespaces or labelled workloads in or out. null: annotations only. The shipped registration sends only Pods annotated castops.io/optimize: \"true\" to the service; for rules that enrol Pods without it, generate webhook/mutatingwebhookconfiguration.yaml from the same policy: castslice webhook --url https://castslice.invalid/ --policy FILE."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.policy == null || try(length(trimspace(var.policy)) > 0 && can(concat(yamldecode(var.policy).rules, [])), false)
+    error_message = "policy must be YAML or JSON with a top-level list of rules, as in \"rules: [{name: research, namespaces: [research], optimize: true}]\"."
   }
 }
 
@@ -152,6 +236,17 @@ variable "deployer_service_account" {
   validation {
     condition     = var.deployer_service_account == null || can(regex("^[a-z0-9-]+@[a-z0-9.-]+\\.gserviceaccount\\.com$", var.deployer_service_account))
     error_message = "deployer_service_account must be a service account email, such as NAME@PROJECT.iam.gserviceaccount.com."
+  }
+}
+
+variable "webhook_name" {
+  description = "Name of the MutatingWebhookConfiguration. Each installation in a cluster needs its own: applying another variant with the same name replaces this one's registration."
+  type        = string
+  default     = "castslice"
+
+  validation {
+    condition     = length(var.webhook_name) <= 253 && can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", var.webhook_name))
+    error_message = "webhook_name must be a Kubernetes object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters."
   }
 }
 
@@ -191,5 +286,100 @@ variable "kube_context" {
   validation {
     condition     = var.kube_context == null || try(length(trimspace(var.kube_context)) > 0, false)
     error_message = "kube_context must be null or a non-empty context name."
+  }
+}
+
+variable "monitoring_enabled" {
+  description = "Create the log-based metrics, the Cloud Monitoring dashboard and the alert policies of monitoring.tf."
+  type        = bool
+  default     = true
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels the alert policies notify, as projects/PROJECT/notificationChannels/ID. Empty: incidents open in the console only."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for channel in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", channel))])
+    error_message = "notification_channels entries must be notification channel names, as in projects/my-project/notificationChannels/1234567890."
+  }
+}
+
+variable "alert_thresholds" {
+  description = "Counts in 5 minutes above which the alerts fire. failed_open: error lines (reviews that failed inside CastSlice, any other failure) and refused requests other than 404 (what unauthenticated callers of the public URL get). server_errors: requests the service answered with a 5xx status (Cloud Run's request_count). Either way the API server admitted Pods unmutated."
+  type = object({
+    failed_open   = optional(number, 0)
+    server_errors = optional(number, 0)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = alltrue([for count in values(var.alert_thresholds) : count >= 0 && floor(count) == count])
+    error_message = "alert_thresholds must be whole numbers, 0 or more."
+  }
+}
+
+variable "gke_gpu_node_pools" {
+  description = "GPU node pools to add to an existing GKE cluster for backend = \"gke\": one sharing pool per entry of sharing_degrees (sharing_strategy, max_shared_clients_per_gpu = the degree), plus a pool of whole GPUs unless whole_gpu_pool is false. min_nodes and max_nodes are per zone. null (the default): no node pool."
+  type = object({
+    cluster            = string
+    location           = string
+    project            = optional(string)
+    node_locations     = optional(list(string))
+    machine_type       = string
+    accelerator_type   = string
+    accelerator_count  = optional(number, 1)
+    gpu_driver_version = optional(string, "DEFAULT")
+    min_nodes          = optional(number, 0)
+    max_nodes          = optional(number, 2)
+    spot               = optional(bool, false)
+    service_account    = optional(string)
+    whole_gpu_pool     = optional(bool, true)
+    name_prefix        = optional(string, "castslice")
+  })
+  default = null
+
+  validation {
+    condition     = var.gke_gpu_node_pools == null || var.backend == "gke"
+    error_message = "gke_gpu_node_pools is for backend = \"gke\": the other backends place Pods by labels these pools do not carry."
+  }
+
+  validation {
+    # GKE accepts 2 to 48 clients per GPU.
+    condition     = var.gke_gpu_node_pools == null || alltrue([for degree in var.sharing_degrees : degree <= 48])
+    error_message = "With gke_gpu_node_pools, every sharing degree must be at most 48, GKE's limit for max_shared_clients_per_gpu."
+  }
+
+  validation {
+    condition = try(
+      var.gke_gpu_node_pools.min_nodes >= 0 && var.gke_gpu_node_pools.max_nodes >= 1 &&
+      var.gke_gpu_node_pools.min_nodes <= var.gke_gpu_node_pools.max_nodes &&
+      floor(var.gke_gpu_node_pools.min_nodes) == var.gke_gpu_node_pools.min_nodes &&
+      floor(var.gke_gpu_node_pools.max_nodes) == var.gke_gpu_node_pools.max_nodes,
+      var.gke_gpu_node_pools == null
+    )
+    error_message = "gke_gpu_node_pools: min_nodes and max_nodes must be whole numbers with 0 <= min_nodes <= max_nodes and max_nodes >= 1."
+  }
+
+  validation {
+    condition = try(
+      var.gke_gpu_node_pools.accelerator_count >= 1 &&
+      floor(var.gke_gpu_node_pools.accelerator_count) == var.gke_gpu_node_pools.accelerator_count &&
+      contains(["DEFAULT", "LATEST", "INSTALLATION_DISABLED"], var.gke_gpu_node_pools.gpu_driver_version) &&
+      length(trimspace(var.gke_gpu_node_pools.cluster)) > 0 &&
+      length(trimspace(var.gke_gpu_node_pools.location)) > 0 &&
+      length(trimspace(var.gke_gpu_node_pools.machine_type)) > 0 &&
+      length(trimspace(var.gke_gpu_node_pools.accelerator_type)) > 0,
+      var.gke_gpu_node_pools == null
+    )
+    error_message = "gke_gpu_node_pools: cluster, location, machine_type and accelerator_type must be set, accelerator_count a whole number from 1, gpu_driver_version DEFAULT, LATEST or INSTALLATION_DISABLED."
+  }
+
+  validation {
+    # Node pool names: at most 40 characters; the longest suffix added is "-whole" or "-mps-48".
+    condition     = try(length(regex("^[a-z]([-a-z0-9]{0,30}[a-z0-9])?$", var.gke_gpu_node_pools.name_prefix)) > 0, var.gke_gpu_node_pools == null)
+    error_message = "gke_gpu_node_pools.name_prefix must be 1-32 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen."
   }
 }

@@ -14,7 +14,8 @@ from .variants import INFRA, ROOT, blocks, load_hcl
 MAIN = load_hcl(INFRA / "main.tf")
 VARIABLES = blocks(load_hcl(INFRA / "variables.tf"), "variable")
 RESOURCES = blocks(MAIN, "resource")
-DATA = blocks(MAIN, "data")
+CHECKS = blocks(MAIN, "check")
+LOCAL = blocks(MAIN, "locals")
 OUTPUTS = blocks(load_hcl(INFRA / "outputs.tf"), "output")
 EXAMPLE = load_hcl(INFRA / "example.tfvars")
 
@@ -32,7 +33,15 @@ def condition_regex(variable: str) -> re.Pattern[str]:
 
 
 def test_the_module_has_the_usual_files() -> None:
-    for name in ("versions.tf", "variables.tf", "main.tf", "outputs.tf", "example.tfvars"):
+    for name in (
+        "versions.tf",
+        "variables.tf",
+        "main.tf",
+        "monitoring.tf",
+        "gpu-node-pools.tf",
+        "outputs.tf",
+        "example.tfvars",
+    ):
         assert (INFRA / name).is_file(), name
 
 
@@ -40,11 +49,18 @@ def test_providers_are_pinned_to_a_range() -> None:
     terraform = load_hcl(INFRA / "versions.tf")["terraform"][0]
     assert terraform["required_version"].startswith(">=")
     providers = terraform["required_providers"][0]
-    assert set(providers) == {"google", "kubernetes", "random"}
+    assert set(providers) == {"google", "kubernetes", "random", "time"}
     for name, requirement in providers.items():
         assert requirement["source"] == f"hashicorp/{name}"
         lower, upper = (part.strip() for part in requirement["version"].split(","))
         assert lower.startswith(">= ") and upper.startswith("< "), requirement["version"]
+
+
+def test_the_kubernetes_provider_is_one_that_ignores_kube_environment_variables() -> None:
+    # 2.x lets KUBE_CTX, KUBE_CONFIG_PATH or KUBE_HOST override the provider block for
+    # kubernetes_manifest: the webhook could be registered in another cluster.
+    providers = load_hcl(INFRA / "versions.tf")["terraform"][0]["required_providers"][0]
+    assert providers["kubernetes"]["version"].startswith(">= 3.0.0, ")
 
 
 def test_every_variable_is_described_typed_and_validated() -> None:
@@ -96,16 +112,54 @@ def test_the_service_is_publicly_invocable_with_the_reason_beside_it() -> None:
     assert "API server" in comment_above(INFRA / "main.tf", "ingress")
 
 
-def test_the_service_runs_the_pushed_image_by_digest() -> None:
-    image = DATA["google_artifact_registry_docker_image"]["castslice"]
-    assert image["repository_id"] == (
-        "${google_artifact_registry_repository.castslice.repository_id}"
+def test_the_service_runs_the_image_from_this_modules_repository() -> None:
+    assert CONTAINER["image"] == "${local.image}"
+    assert LOCAL["image"] == (
+        "${var.region}-docker.pkg.dev/${var.project_id}/${var.repository_id}/${var.image}"
     )
-    assert image["image_name"] == "${var.image}"
-    # Reading the data source fails until the image exists, and the service depends on it.
-    assert CONTAINER["image"] == "${data.google_artifact_registry_docker_image.castslice.self_link}"
     repository = RESOURCES["google_artifact_registry_repository"]["castslice"]
     assert repository["format"] == "DOCKER"
+    assert repository["repository_id"] == "${var.repository_id}"
+    assert repository["location"] == "${var.region}"
+
+
+def test_a_deleted_image_tag_only_warns() -> None:
+    # A data source the service read would fail every plan once a cleanup policy deletes
+    # the first tag; a check block's data source only warns.
+    assert "data" not in MAIN
+    (lookup,) = CHECKS["image_is_pushed"]["data"]
+    image = lookup["google_artifact_registry_docker_image"]["castslice"]
+    assert image == {
+        "location": "${var.region}",
+        "repository_id": "${var.repository_id}",
+        "image_name": "${var.image}",
+    }
+    (assertion,) = CHECKS["image_is_pushed"]["assert"]
+    assert "data.google_artifact_registry_docker_image.castslice" in assertion["condition"]
+    assert "push it before the first apply" in assertion["error_message"]
+
+
+def test_terraform_leaves_what_gcloud_run_deploy_writes_alone() -> None:
+    ignored = SERVICE["lifecycle"][0]["ignore_changes"]
+    assert "${template[0].containers[0].image}" in ignored
+    assert {"client", "client_version"} <= set(ignored)
+    for annotation in (
+        "client.knative.dev/user-image",
+        "run.googleapis.com/client-name",
+        "run.googleapis.com/client-version",
+    ):
+        assert f'${{template[0].annotations["{annotation}"]}}' in ignored
+        assert f'${{annotations["{annotation}"]}}' in ignored
+
+
+def test_a_fresh_project_gets_its_apis_before_the_service_account() -> None:
+    apis = LOCAL["apis"]
+    for api in ("artifactregistry", "iam", "run"):
+        assert f'"{api}.googleapis.com"' in apis
+    assert '"logging.googleapis.com", "monitoring.googleapis.com"' in apis
+    account = RESOURCES["google_service_account"]["runtime"]
+    assert account["depends_on"] == ["${google_project_service.apis}"]
+    assert RESOURCES["google_project_service"]["apis"]["for_each"] == "${local.apis}"
 
 
 @pytest.mark.parametrize(
@@ -160,13 +214,27 @@ def test_the_webhook_uses_a_resource_that_can_express_match_conditions() -> None
 
 def test_outputs_give_the_url_the_webhook_name_and_a_check_command() -> None:
     assert OUTPUTS["service_url"]["value"] == "${google_cloud_run_v2_service.castslice.uri}"
-    assert OUTPUTS["webhook_name"]["value"] == "${local.webhook_settings.webhooks[0].name}"
+    assert OUTPUTS["webhook_names"]["value"] == (
+        "${[for webhook in local.webhook_settings.webhooks : webhook.name]}"
+    )
+    assert OUTPUTS["webhook_configuration_name"]["value"] == (
+        "${local.webhook_manifest.metadata.name}"
+    )
     check = OUTPUTS["check_command"]["value"]
-    assert "get mutatingwebhookconfiguration" in check
+    assert "get mutatingwebhookconfiguration ${local.webhook_manifest.metadata.name}" in check
     for output in OUTPUTS.values():
         assert output.get("description")
-        # The token must not leak through an output.
-        assert "random_password" not in str(output["value"])
+
+
+def test_no_output_shows_the_token_or_the_url_that_holds_it() -> None:
+    for name, output in OUTPUTS.items():
+        value = str(output["value"])
+        for reference in ("random_password", "webhook_url", "kubernetes_manifest", "PATH_TOKEN"):
+            assert reference not in value, (name, reference)
+        assert "local.webhook_manifest" not in value.replace(
+            "local.webhook_manifest.metadata.name", ""
+        ), name
+        assert "sensitive" not in output, name
 
 
 def test_example_tfvars_sets_only_declared_variables_with_valid_values() -> None:
@@ -199,6 +267,29 @@ def test_terraform_files_are_formatted() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_cpu_stays_allocated_between_requests() -> None:
-    # Log lines are written just after each answer; a throttled instance would hold them.
-    assert CONTAINER["resources"][0]["cpu_idle"] is False
+def test_billing_is_request_based_unless_asked_otherwise() -> None:
+    # CastSlice writes every log line before it answers: nothing runs between requests.
+    assert CONTAINER["resources"][0]["cpu_idle"] == "${var.cpu_idle}"
+    assert VARIABLES["cpu_idle"]["default"] is True
+    assert VARIABLES["cpu_idle"]["type"] == "bool"
+
+
+def test_the_service_gets_the_backend_settings_and_the_policy() -> None:
+    environment = LOCAL["container_env"]
+    for name, variable in (
+        ("CASTSLICE_BACKEND", "var.backend"),
+        ("CASTSLICE_SLICES_PER_GPU", "tostring(var.slices_per_gpu)"),
+        ("CASTSLICE_SHARING_STRATEGY", "var.sharing_strategy"),
+        ("CASTSLICE_SHARING_DEGREES", "var.sharing_degrees"),
+        ("CASTSLICE_POLICY", "var.policy"),
+    ):
+        assert re.search(rf"{name}\s*=\s*[^\n]*{re.escape(variable)}", environment), name
+    dynamic_env = CONTAINER["dynamic"][0]["env"]
+    assert dynamic_env["for_each"] == "${local.container_env}"
+
+
+def test_the_registration_is_named_by_a_variable() -> None:
+    assert VARIABLES["webhook_name"]["default"] == "castslice"
+    assert "var.webhook_name" in LOCAL["webhook_manifest"]
+    shared_file = 'file("${path.module}/webhook/mutatingwebhookconfiguration.yaml")'
+    assert shared_file in LOCAL["webhook_settings"]

@@ -1,0 +1,77 @@
+# Optional GPU node pools for backend = "gke", added to an existing GKE cluster.
+#
+# CastSlice places a fractional share on a pool whose clients per GPU give the Pod
+# at least its share, so there is one sharing pool per entry of sharing_degrees, the
+# same list the service reads as CASTSLICE_SHARING_DEGREES: the pools and the
+# service cannot disagree. GKE labels the nodes of each pool with
+# cloud.google.com/gke-gpu-sharing-strategy and
+# cloud.google.com/gke-max-shared-clients-per-gpu, the selector CastSlice writes.
+# Whole-GPU shares go to the pool without sharing.
+
+locals {
+  gke_sharing_strategy = { "time-slicing" = "TIME_SHARING", "mps" = "MPS" }[var.sharing_strategy]
+  # Short enough that every pool name stays within GKE's 40 characters.
+  gke_strategy_suffix = { "time-slicing" = "ts", "mps" = "mps" }[var.sharing_strategy]
+
+  gke_gpu_node_pools = var.gke_gpu_node_pools == null ? {} : merge(
+    {
+      for degree in var.sharing_degrees :
+      "${var.gke_gpu_node_pools.name_prefix}-${local.gke_strategy_suffix}-${degree}" => {
+        sharing_strategy           = local.gke_sharing_strategy
+        max_shared_clients_per_gpu = degree
+      }
+    },
+    var.gke_gpu_node_pools.whole_gpu_pool ? {
+      "${var.gke_gpu_node_pools.name_prefix}-whole" = {
+        sharing_strategy           = null
+        max_shared_clients_per_gpu = null
+      }
+    } : {},
+  )
+}
+
+resource "google_container_node_pool" "gpu" {
+  for_each = local.gke_gpu_node_pools
+
+  name           = each.key
+  project        = coalesce(var.gke_gpu_node_pools.project, var.project_id)
+  cluster        = var.gke_gpu_node_pools.cluster
+  location       = var.gke_gpu_node_pools.location
+  node_locations = var.gke_gpu_node_pools.node_locations
+
+  # GPU nodes are expensive: the autoscaler adds them when Pods wait for them.
+  autoscaling {
+    min_node_count = var.gke_gpu_node_pools.min_nodes
+    max_node_count = var.gke_gpu_node_pools.max_nodes
+  }
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  node_config {
+    machine_type    = var.gke_gpu_node_pools.machine_type
+    spot            = var.gke_gpu_node_pools.spot
+    service_account = var.gke_gpu_node_pools.service_account
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+    resource_labels = var.labels
+
+    guest_accelerator {
+      type  = var.gke_gpu_node_pools.accelerator_type
+      count = var.gke_gpu_node_pools.accelerator_count
+
+      gpu_driver_installation_config {
+        gpu_driver_version = var.gke_gpu_node_pools.gpu_driver_version
+      }
+
+      dynamic "gpu_sharing_config" {
+        for_each = each.value.max_shared_clients_per_gpu == null ? [] : [each.value]
+        content {
+          gpu_sharing_strategy       = gpu_sharing_config.value.sharing_strategy
+          max_shared_clients_per_gpu = gpu_sharing_config.value.max_shared_clients_per_gpu
+        }
+      }
+    }
+  }
+}
