@@ -1,4 +1,4 @@
-"""The parts of a core/v1 Pod that CastSlice reads, as plain data.
+"""What CastSlice reads of Pods, and of the workloads that template them, as plain data.
 
 Fields not listed here are never decoded (see review.decode_review), which
 keeps large Pods cheap; the patch addresses fields by path, so nothing unread
@@ -38,3 +38,42 @@ class ObjectMeta(TypedDict, total=False):
 class Pod(TypedDict, total=False):
     metadata: ObjectMeta | None
     spec: PodSpec | None
+
+
+class PodTemplateSpec(TypedDict, total=False):
+    metadata: ObjectMeta | None
+    spec: PodSpec | None
+
+
+class JobSpec(TypedDict, total=False):
+    template: PodTemplateSpec | None
+
+
+class JobTemplateSpec(TypedDict, total=False):
+    metadata: ObjectMeta | None
+    spec: JobSpec | None
+
+
+class WorkloadSpec(TypedDict, total=False):
+    # Deployment, StatefulSet, DaemonSet, ReplicaSet and Job.
+    template: PodTemplateSpec | None
+    # CronJob.
+    jobTemplate: JobTemplateSpec | None
+
+
+class Workload(TypedDict, total=False):
+    """An apps/v1 or batch/v1 object that creates Pods from a template."""
+
+    metadata: ObjectMeta | None
+    spec: WorkloadSpec | None
+
+
+# (group, version, kind) of each workload -> the path of its Pod template.
+WORKLOAD_TEMPLATES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("apps", "v1", "Deployment"): ("spec", "template"),
+    ("apps", "v1", "StatefulSet"): ("spec", "template"),
+    ("apps", "v1", "DaemonSet"): ("spec", "template"),
+    ("apps", "v1", "ReplicaSet"): ("spec", "template"),
+    ("batch", "v1", "Job"): ("spec", "template"),
+    ("batch", "v1", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
+}

@@ -5,11 +5,11 @@ Only this module knows the wire format; the policy and the patch never see it.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from .kube import Pod
+from .kube import WORKLOAD_TEMPLATES, Pod, Workload
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -22,7 +22,13 @@ class GroupVersionKind(TypedDict, total=False):
     kind: str
 
 
-class AdmissionRequest(TypedDict, total=False):
+POD_KIND: GroupVersionKind = {"group": "", "version": "v1", "kind": "Pod"}
+
+# The object's shape: a Pod, or a workload whose Pod template is read.
+ObjectT = TypeVar("ObjectT", Pod, Workload)
+
+
+class AdmissionRequest(TypedDict, Generic[ObjectT], total=False):
     uid: str
     kind: GroupVersionKind | None
     subResource: str | None
@@ -30,13 +36,13 @@ class AdmissionRequest(TypedDict, total=False):
     namespace: str | None
     name: str | None
     dryRun: bool | None
-    object: Pod | None
+    object: ObjectT | None
 
 
-class _IncomingReview(TypedDict, total=False):
+class _IncomingReview(TypedDict, Generic[ObjectT], total=False):
     apiVersion: str
     kind: str
-    request: AdmissionRequest | None
+    request: AdmissionRequest[ObjectT] | None
 
 
 class _UidOnlyRequest(TypedDict, total=False):
@@ -69,7 +75,8 @@ class UnreadableObject(ValueError):
         self.uid = uid
 
 
-_review_decoder = msgspec.json.Decoder(_IncomingReview)
+_review_decoder = msgspec.json.Decoder(_IncomingReview[Pod])
+_workload_review_decoder = msgspec.json.Decoder(_IncomingReview[Workload])
 _uid_decoder = msgspec.json.Decoder(_UidOnlyReview)
 _encoder = msgspec.json.Encoder()
 
@@ -79,8 +86,9 @@ def decode_review(body: bytes) -> AdmissionRequest:
 
     Decoding is typed: only the fields CastSlice reads are built, the rest of
     the Pod (env lists, volumes…) is skipped, which is what keeps large Pods
-    cheap. Raises InvalidReview, or UnreadableObject when only `request.object`
-    is at fault.
+    cheap. The object of a workload review (Deployment, Job…) is a Workload
+    instead, read down to its Pod template. Raises InvalidReview, or
+    UnreadableObject when only `request.object` is at fault.
     """
     if not body:
         raise InvalidReview("the request body is empty; expected an AdmissionReview")
@@ -105,7 +113,35 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise InvalidReview("the AdmissionReview has no request")
     if not request.get("uid"):
         raise InvalidReview("request.uid is missing or empty")
+    object_kind = request.get("kind")
+    # By name first and inline: this runs on every review, and a Pod is settled by its kind.
+    if (
+        object_kind is not None
+        and object_kind.get("kind") in _WORKLOAD_KINDS
+        and is_workload(object_kind)
+    ):
+        return _workload_request(body, request["uid"])
     return request
+
+
+def is_workload(kind: GroupVersionKind | None) -> bool:
+    """Whether `kind` is a workload with a Pod template (Deployment, Job, CronJob…)."""
+    return kind is not None and (
+        (kind.get("group"), kind.get("version"), kind.get("kind")) in WORKLOAD_TEMPLATES
+    )
+
+
+_WORKLOAD_KINDS = frozenset(kind for _, _, kind in WORKLOAD_TEMPLATES)
+
+
+def _workload_request(body: bytes, uid: str) -> AdmissionRequest[Workload]:
+    # A second pass, down to the Pod template, only for workloads: they are rare, and
+    # Pods stay a single pass. The envelope was checked by the first one.
+    try:
+        review = _workload_review_decoder.decode(body)
+    except msgspec.ValidationError as error:
+        raise UnreadableObject(uid, str(error)) from None
+    return review["request"]
 
 
 def _uid_of(body: bytes) -> str:

@@ -1,0 +1,278 @@
+"""`castslice preview`: manifests as CastSlice would leave the Pods they create; offline.
+
+Each Pod, and the Pod each workload's template would produce, goes through the
+function's own code: an AdmissionReview is built as the API server would send
+it, decoded and decided by the same modules, and the function's patch is applied
+with jsonpatch. A workload is shown with its template replaced by the Pod
+template as CastSlice leaves it, so users see their own manifest as it will
+behave. Objects of other kinds pass through untouched.
+
+Exit status: 0 done, 1 warnings with --strict, 2 bad input (a file, a document
+or the configuration; the message names it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonpatch
+import msgspec
+
+from ..admission import Outcome, PodAdmission
+from ..config import load_config
+from ..manifests import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
+from ..workloads import pod_template, template_path, templated_pod
+from . import EXIT_OK, EXIT_PROBLEM, CommandError
+
+HELP = "show manifests as CastSlice would leave the Pods they create (offline)"
+DEFAULT_NAMESPACE = "default"
+_UID = "castslice-preview"
+_OBJECT_PATH = re.compile(r"\$\.request\.object\.?")
+
+Status = Literal["sliced", "unchanged", "passed through"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "Warnings and a one-line summary go to stderr. Exit status: 0 done, 1 warnings with "
+        "--strict, 2 bad input (the message names the file and document) or configuration."
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE|DIR|-",
+        help="a YAML or JSON manifest, a directory of *.yaml, *.yml and *.json (sorted), "
+        "or - for stdin; repeatable",
+    )
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="yaml: the documents as given (default); json: one v1 List of every object",
+    )
+    shown.add_argument(
+        "--diff", action="store_true", help="a unified diff of each object CastSlice changes"
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="namespace of objects that name none (default: default); it decides which "
+        "enrolment policy rules apply",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="exit with status 1 when there are warnings"
+    )
+
+
+@dataclass
+class Preview:
+    """One object before and after, and what the function would say about it."""
+
+    reference: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+    status: Status
+    warnings: list[str] = field(default_factory=list)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(os.environ)
+    admission = PodAdmission(config)
+    try:
+        documents = read_documents(args.filename, sys.stdin.buffer)
+        previews = [
+            [preview(admission, where, item, args.namespace) for where, item in objects(document)]
+            for document in documents
+        ]
+    except ManifestError as error:
+        raise CommandError(str(error)) from None
+
+    flat = [item for previewed in previews for item in previewed]
+    if args.diff:
+        sys.stdout.write(diff(flat, admission.backend.name))
+    elif args.output == "json":
+        listed = {"apiVersion": "v1", "kind": "List", "items": [item.after for item in flat]}
+        sys.stdout.write(msgspec.json.format(encode_json(listed), indent=2).decode() + "\n")
+    else:
+        shown = zip(documents, previews, strict=True)
+        sys.stdout.write("---\n".join(dump_yaml(_document_after(*pair)) for pair in shown))
+    sys.stdout.flush()
+
+    for item in flat:
+        for warning in item.warnings:
+            print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
+    print(summary(flat), file=sys.stderr)
+    return EXIT_PROBLEM if args.strict and any(item.warnings for item in flat) else EXIT_OK
+
+
+def preview(
+    admission: PodAdmission, where: str, manifest: dict[str, Any], namespace: str | None
+) -> Preview:
+    """`manifest` as CastSlice would leave it; `where` names it in errors."""
+    kind = _kind_of(manifest)
+    namespace = _namespace(where, manifest, namespace)
+    reference = f"{manifest['kind']} {namespace}/{_name(manifest)}"
+    if kind == POD_KIND:
+        outcome, after = _review_pod(admission, where, manifest, namespace, "")
+        return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
+
+    path = template_path(kind)
+    if path is None:
+        return Preview(reference, manifest, manifest, "passed through")
+    checked = _review(admission, where, kind, manifest, namespace, "")
+    template = pod_template(manifest, path)
+    if template is None:
+        return Preview(reference, manifest, manifest, "unchanged", _warnings(checked))
+    pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
+    outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
+    after = manifest
+    if pod_after != pod:
+        after = copy.deepcopy(manifest)
+        _replace_template(after, path, pod_after)
+    return Preview(reference, manifest, after, _status(outcome), _warnings(checked))
+
+
+def diff(previews: list[Preview], backend: str) -> str:
+    """A unified diff of each object CastSlice changes, in YAML."""
+    return "".join(
+        "".join(
+            difflib.unified_diff(
+                dump_yaml(item.before).splitlines(keepends=True),
+                dump_yaml(item.after).splitlines(keepends=True),
+                fromfile=item.reference,
+                tofile=f"{item.reference} (castslice, {backend} backend)",
+            )
+        )
+        for item in previews
+        if item.after != item.before
+    )
+
+
+def summary(previews: list[Preview]) -> str:
+    counts = {status: 0 for status in ("sliced", "unchanged", "passed through")}
+    for item in previews:
+        counts[item.status] += 1
+    warnings = sum(len(item.warnings) for item in previews)
+    return (
+        f"{_count(len(previews), 'object')}: {counts['sliced']} sliced, "
+        f"{counts['unchanged']} left unchanged, {counts['passed through']} passed through "
+        f"(no Pods); {_count(warnings, 'warning')}"
+    )
+
+
+def _review_pod(
+    admission: PodAdmission, where: str, pod: dict[str, Any], namespace: str, path: str
+) -> tuple[Outcome, dict[str, Any]]:
+    outcome = _review(admission, where, POD_KIND, pod, namespace, path)
+    patch = outcome.response.get("patch")
+    if patch is None:
+        return outcome, pod
+    return outcome, jsonpatch.JsonPatch(json.loads(patch)).apply(pod)
+
+
+def _review(
+    admission: PodAdmission,
+    where: str,
+    kind: GroupVersionKind,
+    manifest: dict[str, Any],
+    namespace: str,
+    path: str,
+) -> Outcome:
+    # Through the wire format, as the API server sends it: the same decoding as the function.
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": _UID,
+            "kind": kind,
+            "operation": "CREATE",
+            "namespace": namespace,
+            "name": _metadata(manifest).get("name"),
+            "object": manifest,
+            "dryRun": True,
+        },
+    }
+    try:
+        request = decode_review(encode_json(review))
+    except UnreadableObject as error:
+        detail = _OBJECT_PATH.sub(f"{path}." if path else "", str(error))
+        if "Expected `str`, got" in detail:
+            # YAML reads true, yes, on and 1 as other types; Kubernetes wants strings there.
+            detail += '; quote such values in YAML ("true", "1")'
+        raise ManifestError(f"{where}: not a valid {manifest['kind']}: {detail}") from None
+    return admission.review(request)
+
+
+def _replace_template(manifest: dict[str, Any], path: tuple[str, ...], pod: dict[str, Any]) -> None:
+    parent = manifest
+    for key in path[:-1]:
+        parent = parent[key]
+    template = parent[path[-1]]
+    if "metadata" not in template:
+        template = {"metadata": None, **template}
+    template["metadata"], template["spec"] = pod["metadata"], pod["spec"]
+    parent[path[-1]] = template
+
+
+def _document_after(document: Document, previews: list[Preview]) -> dict[str, Any]:
+    if not is_list(document.content):
+        return previews[0].after
+    if document.content.get("items") is None:
+        return document.content
+    # The same List, each item as CastSlice leaves it.
+    return {**document.content, "items": [item.after for item in previews]}
+
+
+def _kind_of(manifest: dict[str, Any]) -> GroupVersionKind:
+    group, _, version = manifest["apiVersion"].rpartition("/")
+    return {"group": group, "version": version, "kind": manifest["kind"]}
+
+
+def _namespace(where: str, manifest: dict[str, Any], given: str | None) -> str:
+    own = _metadata(manifest).get("namespace")
+    if own and given and own != given:
+        # As kubectl refuses it: the object would not go where the user thinks.
+        raise ManifestError(
+            f"{where}: the object's namespace {own!r} does not match --namespace {given!r}"
+        )
+    return own or given or DEFAULT_NAMESPACE
+
+
+def _name(manifest: dict[str, Any]) -> str:
+    metadata = _metadata(manifest)
+    if metadata.get("name"):
+        return str(metadata["name"])
+    if metadata.get("generateName"):
+        return f"{metadata['generateName']}*"
+    return "(no name)"
+
+
+def _metadata(manifest: dict[str, Any]) -> dict[str, Any]:
+    # Only read for names here; a malformed one is reported by the typed decoding.
+    metadata = manifest.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _status(outcome: Outcome) -> Status:
+    return "sliced" if outcome.decision == "mutated" else "unchanged"
+
+
+def _warnings(outcome: Outcome) -> list[str]:
+    return list(outcome.response.get("warnings", ()))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
