@@ -1,14 +1,26 @@
-"""The README's example, run as the README says, answers what the README shows."""
+"""The README's examples, run as the README says, answer what the README shows; every
+relative link in the README and docs/ leads somewhere."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+_FENCED = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*$", re.M)
+_EXTERNAL = ("http://", "https://", "mailto:")
 
 
 def test_curl_example_output_matches_the_readme(client) -> None:
@@ -30,3 +42,78 @@ def test_warning_example_is_what_users_see(client) -> None:
     review = review.replace('"true",', '"true", "castops.io/slice-ratio": "1.5",', 1)
     answer = client.post("/", data=review, content_type="application/json").get_json()
     assert answer["response"]["warnings"] == [shown]
+
+
+def prose(markdown: str) -> str:
+    """The text a reader sees as prose: no code blocks, code spans or comments."""
+    return _CODE_SPAN.sub("", _COMMENT.sub("", _FENCED.sub("", markdown)))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in _HEADING.findall(_FENCED.sub("", page.read_text())):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in _LINK.findall(prose(page.read_text())):
+        if target.startswith(_EXTERNAL):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading #{anchor} in {_shown(linked)}")
+    return broken
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+@pytest.mark.parametrize(
+    ("heading", "anchor"),
+    [
+        ("Without a server (Kubernetes 1.36+)", "without-a-server-kubernetes-136"),
+        (
+            "Cloud Run: log-based metrics, dashboard and alerts",
+            "cloud-run-log-based-metrics-dashboard-and-alerts",
+        ),
+        ("Worked example: Knative or in the cluster", "worked-example-knative-or-in-the-cluster"),
+        ("`resource`", "resource"),
+    ],
+)
+def test_anchors_are_made_as_github_makes_them(heading: str, anchor: str) -> None:
+    assert slug(heading) == anchor
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(page: Path) -> None:
+    assert broken_links(page) == []
+
+
+def test_a_broken_link_is_reported(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n[ok](#title) [gone](missing.md) [no heading](#nowhere)\n")
+    assert broken_links(page) == [
+        "missing.md: no such file",
+        "#nowhere: no heading #nowhere in page.md",
+    ]
+
+
+def test_the_readme_links_every_page_of_the_docs() -> None:
+    linked = {target.partition("#")[0] for target in _LINK.findall(prose(README))}
+    assert {f"docs/{page.name}" for page in PAGES[1:]} <= linked
