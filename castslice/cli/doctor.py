@@ -1,0 +1,149 @@
+"""`castslice doctor`: check a live installation, one line per check with ✓/✗ and the fix.
+
+Exit status: 0 every check passed, 1 a check failed, 2 the cluster or the
+configuration could not be used (the message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import kubernetes.client
+import kubernetes.config
+import yaml
+
+from .. import __version__
+from ..config import Config, load_config
+from ..doctor import run_checks
+from ..doctor.cluster import ApiError, Cluster, Unreachable
+from ..doctor.report import Result, summary, symbols_for, text_line, to_json
+from ..registration import RegistrationError
+from . import EXIT_OK, EXIT_PROBLEM, CommandError
+
+HELP = (
+    "check a live installation: registration, endpoint, a dry-run Pod, nodes, Pending Pods, "
+    "quotas and fail-open calls (read-only)"
+)
+_DEFAULT_TIMEOUT = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "--name",
+        default="castslice",
+        help="name of the MutatingWebhookConfiguration (default: castslice)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default="default",
+        help="namespace for the dry-run Pods; it must not be excluded (default: default)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=_DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"per request to the API server (default: {_DEFAULT_TIMEOUT:g})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    config = load_config(os.environ)
+    api = connect(args.kubeconfig, args.context)
+    cluster = Cluster(api, timeout=args.timeout)
+    try:
+        version = _server_version(cluster)
+        results = run_checks(cluster, config, args.name, args.namespace)
+    except Unreachable as error:
+        raise CommandError(f"cannot use the API server at {error}") from None
+    except RegistrationError as error:
+        raise CommandError(f"cannot generate the expected registration: {error}") from None
+    finally:
+        api.close()
+    if args.output == "json":
+        print(to_json(results))
+    else:
+        _print_text(cluster.server, version, config, results)
+    return EXIT_PROBLEM if any(not result.ok for result in results) else EXIT_OK
+
+
+def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.ApiClient:
+    """A client for the kubeconfig (or in-cluster) credentials; CommandError when unusable."""
+    configuration = kubernetes.client.Configuration()
+    in_cluster = (
+        kubeconfig is None
+        and context is None
+        and "KUBECONFIG" not in os.environ
+        and not os.path.exists(os.path.expanduser("~/.kube/config"))
+        and "KUBERNETES_SERVICE_HOST" in os.environ
+    )
+    source = "the in-cluster service account" if in_cluster else _kubeconfig_name(kubeconfig)
+    if kubeconfig is not None and not os.path.isfile(kubeconfig):
+        raise CommandError(f"cannot use {source}: there is no such file")
+    try:
+        if in_cluster:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        else:
+            kubernetes.config.load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                # Never write refreshed credentials back: doctor changes nothing.
+                persist_config=False,
+            )
+    except (kubernetes.config.ConfigException, OSError, yaml.YAMLError, ValueError) as error:
+        raise CommandError(f"cannot use {source}: {_one_line(error)}") from None
+    except (TypeError, KeyError, AttributeError):
+        # The client's loader trips over YAML of the wrong shape instead of saying so.
+        raise CommandError(
+            f"cannot use {source}: it is not a kubeconfig (clusters, users and contexts)"
+        ) from None
+    # One retry rides out a blip; more would only delay the message when the server is down.
+    configuration.retries = 1
+    api = kubernetes.client.ApiClient(configuration)
+    # So the API server's audit log tells doctor's reads and dry runs apart.
+    api.user_agent = f"castslice-doctor/{__version__}"
+    return api
+
+
+def _server_version(cluster: Cluster) -> str:
+    try:
+        return str(cluster.get("/version").get("gitVersion") or "unknown version")
+    except ApiError:
+        # Some clusters hide /version from ordinary users; the checks can still run.
+        return "version not readable"
+
+
+def _print_text(server: str, version: str, config: Config, results: list[Result]) -> None:
+    symbols = symbols_for(sys.stdout.encoding)
+    backend = f"backend {config.backend}"
+    if config.backend != "gke":
+        backend += f", shared resource {config.shared_resource}"
+    print(f"castslice doctor: {server} (Kubernetes {version}), {backend}")
+    for result in results:
+        print(text_line(result, symbols))
+    print(summary(results))
+
+
+def _kubeconfig_name(path: str | None) -> str:
+    if path:
+        return f"kubeconfig {path}"
+    return f"kubeconfig {os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:300] or type(error).__name__

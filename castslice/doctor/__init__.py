@@ -1,0 +1,71 @@
+"""`castslice doctor`: checks a live installation against this configuration, read-only.
+
+Each check is one module and one line of output. Nothing is changed in the
+cluster: the checks read objects, `/metrics`, and create Pods only as
+server-side dry runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import Config
+from . import capacity, dry_run, endpoint, fail_open, pending, quotas, registration
+from .cluster import ApiError, Cluster
+from .report import Result, failed
+
+Manifest = dict[str, Any]
+
+CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> list[Result]:
+    """Every check, in the order a user would investigate."""
+    live: Manifest | None = None
+    results: list[Result] = []
+    webhook_names = registration.castslice_webhook_names(
+        registration.expected_configuration(config)
+    )
+    try:
+        live = _read_configuration(cluster, name)
+        expected = registration.expected_configuration(config, live)
+        others = [] if live else _holders(cluster, webhook_names)
+        results.append(registration.check_registration(name, live, expected, others))
+    except ApiError as error:
+        results.append(
+            _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
+        )
+    checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
+        (endpoint.CHECK, "", lambda: endpoint.check_endpoint(cluster, live, webhook_names)),
+        (dry_run.CHECK, "", lambda: dry_run.check_dry_run(cluster, config, namespace)),
+        (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
+        (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
+        (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
+        (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),
+    )
+    for check, rights, run in checks:
+        try:
+            results.append(run())
+        except ApiError as error:
+            results.append(_unreadable(check, error, rights))
+    return results
+
+
+def _read_configuration(cluster: Cluster, name: str) -> Manifest | None:
+    try:
+        return cluster.get(f"{CONFIGURATIONS}/{name}")
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _holders(cluster: Cluster, webhook_names: Sequence[str]) -> list[str]:
+    """Configurations holding CastSlice's webhooks under another name (another variant's)."""
+    return registration.holders_of(cluster.list(CONFIGURATIONS), webhook_names)
+
+
+def _unreadable(check: str, error: ApiError, rights: str) -> Result:
+    fix = f"grant these credentials {rights}" if error.status == 403 and rights else ""
+    return failed(check, f"{check}: the API server refused: {error.status} {error.message}", fix)

@@ -1,0 +1,222 @@
+"""Check: nodes offer what the configured backend places Pods on, and how many fit now.
+
+Every slice count from 1 to CASTSLICE_SLICES_PER_GPU becomes some resource
+on nodes with some labels (the backend's `place`); each of those needs a
+Ready node. Room is the nodes' allocatable minus what the Pods bound to them
+request, as the scheduler counts it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from ..backends import Placement, backend_for
+from ..backends.gke import STRATEGY as GKE_STRATEGY
+from ..config import Config
+from .cluster import Cluster
+from .report import Result, failed, passed, warning
+
+Manifest = dict[str, Any]
+
+CHECK = "nodes"
+# Pods that still hold their resources on a node.
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def check_nodes(cluster: Cluster, config: Config) -> Result:
+    nodes = list(cluster.list("/api/v1/nodes"))
+    pods = list(cluster.list("/api/v1/pods", [("fieldSelector", BOUND_PODS)]))
+    return assess(config, nodes, pods)
+
+
+def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) -> Result:
+    """The check's result for these nodes and the Pods bound to them."""
+    usable = [node for node in nodes if is_usable(node)]
+    placements = needed_placements(config)
+    missing = []
+    offered = []
+    for placement, counts in placements:
+        serving = [node for node in usable if serves(config, node, placement)]
+        if serving:
+            offered.append(f"{_describe(placement)} on {_plural(len(serving), 'node')}")
+        else:
+            missing.append(
+                f"no Ready node offers {_describe(placement)} (for {_counts_text(counts)})"
+                + _found_instead(usable, placement)
+            )
+    if missing:
+        return failed(CHECK, "; ".join(missing), _fix(config))
+    rooms = [
+        (name, room(config, usable, pods, backend_for(config).place(slices)))
+        for name, slices in sorted(config.presets.items(), key=lambda item: (item[1], item[0]))
+    ]
+    room_text = ", ".join(
+        f"{name}: {_plural(count, 'Pod') if index == 0 else count}"
+        for index, (name, count) in enumerate(rooms)
+    )
+    message = f"nodes offer {'; '.join(offered)}; room now for {room_text}"
+    full = [name for name, count in rooms if count == 0]
+    if full:
+        return warning(
+            CHECK,
+            message,
+            f"{', '.join(full)} Pods stay Pending until GPUs free up or nodes are added",
+        )
+    return passed(CHECK, message)
+
+
+def needed_placements(config: Config) -> list[tuple[Placement, list[int]]]:
+    """Each distinct (resource, node labels) the backend uses, with the slice counts using it."""
+    backend = backend_for(config)
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Placement, list[int]]] = {}
+    for slices in range(1, config.slices_per_gpu + 1):
+        placement = backend.place(slices)
+        key = (placement.resource, tuple(sorted(placement.node_selector.items())))
+        found.setdefault(key, (placement, []))[1].append(slices)
+    return list(found.values())
+
+
+def is_usable(node: Manifest) -> bool:
+    """Ready and not cordoned: the scheduler may place new Pods there."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    return any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+def serves(config: Config, node: Manifest, placement: Placement) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if any(labels.get(key) != value for key, value in placement.node_selector.items()):
+        return False
+    # On GKE a Pod without the sharing selector asks for whole GPUs: sharing nodes do not count.
+    if config.backend == "gke" and not placement.node_selector and GKE_STRATEGY in labels:
+        return False
+    return allocatable(node, placement.resource) > 0
+
+
+def allocatable(node: Manifest, resource: str) -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    return _count(value)
+
+
+def pod_request(pod: Manifest, resource: str) -> int:
+    """What the scheduler reserves of `resource` for `pod`.
+
+    The larger of the app containers plus sidecars and each init container
+    (plus the sidecars started before it), as kube-scheduler computes it.
+    """
+    spec = pod.get("spec") or {}
+    sidecars = 0
+    init_peak = 0
+    for container in spec.get("initContainers") or []:
+        asked = _container_request(container, resource)
+        if container.get("restartPolicy") == "Always":
+            sidecars += asked
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + asked)
+    running = sidecars + sum(
+        _container_request(container, resource) for container in spec.get("containers") or []
+    )
+    overhead = _count((spec.get("overhead") or {}).get(resource))
+    return max(running, init_peak) + overhead
+
+
+def room(
+    config: Config, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
+) -> int:
+    """How many more Pods placed as `placement` fit on `nodes` right now."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            used[node_name] = used.get(node_name, 0) + pod_request(pod, placement.resource)
+    total = 0
+    for node in nodes:
+        if serves(config, node, placement):
+            free = allocatable(node, placement.resource) - used.get(node["metadata"]["name"], 0)
+            total += max(free, 0) // placement.quantity
+    return total
+
+
+def _container_request(container: Manifest, resource: str) -> int:
+    resources = container.get("resources") or {}
+    # Extended resources cannot be overcommitted: a limit alone is also the request.
+    value = (resources.get("requests") or {}).get(resource)
+    if value is None:
+        value = (resources.get("limits") or {}).get(resource)
+    return _count(value)
+
+
+def _count(value: object) -> int:
+    if value is None:
+        return 0
+    try:
+        return math.ceil(parse_quantity(value))
+    except ValueError:
+        return 0
+
+
+def _describe(placement: Placement) -> str:
+    if not placement.node_selector:
+        return placement.resource
+    labels = ", ".join(f"{key}={value}" for key, value in sorted(placement.node_selector.items()))
+    return f"{placement.resource} with {labels}"
+
+
+def _counts_text(counts: list[int]) -> str:
+    if len(counts) == 1:
+        return f"Pods of {_plural(counts[0], 'slice')}"
+    return f"Pods of {counts[0]}-{counts[-1]} slices"
+
+
+def _found_instead(nodes: Sequence[Manifest], placement: Placement) -> str:
+    """What nodes offering the resource are labelled instead, when labels are the problem."""
+    if not placement.node_selector:
+        return ""
+    seen = []
+    for node in nodes:
+        if allocatable(node, placement.resource) <= 0:
+            continue
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if not any(key in labels for key in placement.node_selector):
+            continue  # a GPU node outside every sharing pool; nothing to compare
+        found = ", ".join(
+            f"{key}={labels.get(key, '(none)')}" for key in sorted(placement.node_selector)
+        )
+        if found not in seen:
+            seen.append(found)
+    if not seen:
+        return ""
+    return f"; nodes with {placement.resource} have {' / '.join(seen[:3])}"
+
+
+def _fix(config: Config) -> str:
+    degrees = ",".join(str(degree) for degree in config.sharing_degrees)
+    if config.backend == "nvidia":
+        return (
+            f"configure the NVIDIA device plugin for {config.sharing_strategy} with "
+            f"renameByDefault: true and replicas {degrees}, keep GPU nodes without sharing for "
+            "whole GPUs, or set CASTSLICE_SHARING_DEGREES to the replicas your nodes have"
+        )
+    if config.backend == "gke":
+        strategy = "time-sharing" if config.sharing_strategy == "time-slicing" else "mps"
+        return (
+            f"create GPU node pools with gpu-sharing-strategy={strategy} and "
+            f"max-shared-clients-per-gpu={degrees} plus one without sharing for whole GPUs, "
+            "or set CASTSLICE_SHARING_DEGREES to what your pools offer"
+        )
+    return (
+        f"make the device plugin advertise {config.shared_resource} in slices, or set "
+        "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer"
+    )
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
