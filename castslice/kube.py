@@ -25,6 +25,8 @@ class PodSpec(TypedDict, total=False):
     containers: list[Container] | None
     ephemeralContainers: list[Container] | None
     nodeSelector: dict[str, str] | None
+    # Small and rarely set; read only to respect and extend a required node affinity.
+    affinity: dict[str, Any] | None
 
 
 class ObjectMeta(TypedDict, total=False):

@@ -126,3 +126,46 @@ def node_selector_operations(spec: PodSpec, selector: Mapping[str, str]) -> list
 
 def annotation_operations(metadata: ObjectMeta, entries: Mapping[str, str]) -> list[PatchOperation]:
     return map_entries_operations("/metadata/annotations", metadata.get("annotations"), entries)
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def required_node_terms(spec: PodSpec) -> list[dict[str, Any]]:
+    """The Pod's required node affinity terms (ORed); empty when it has none."""
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return (node_affinity.get(_REQUIRED) or {}).get("nodeSelectorTerms") or []
+
+
+def absent_labels_operations(spec: PodSpec, keys: tuple[str, ...]) -> list[PatchOperation]:
+    """Require nodes without the labels `keys`, ANDed into every existing required term."""
+    if not keys:
+        return []
+    expressions = [{"key": key, "operator": "DoesNotExist"} for key in keys]
+    terms = required_node_terms(spec)
+    required_path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
+    operations: list[PatchOperation] = []
+    for index, term in enumerate(terms):
+        path = f"{required_path}/nodeSelectorTerms/{index}/matchExpressions"
+        if term.get("matchExpressions"):
+            operations += [{"op": "add", "path": f"{path}/-", "value": e} for e in expressions]
+        else:
+            operations.append({"op": "add", "path": path, "value": expressions})
+    if operations:
+        return operations
+    # The affinity is added whole at the first level that is missing, so every path exists.
+    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    affinity = spec.get("affinity")
+    if affinity is None:
+        return [
+            {
+                "op": "add",
+                "path": "/spec/affinity",
+                "value": {"nodeAffinity": {_REQUIRED: required}},
+            }
+        ]
+    if affinity.get("nodeAffinity") is None:
+        return [
+            {"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {_REQUIRED: required}}
+        ]
+    return [{"op": "add", "path": required_path, "value": required}]

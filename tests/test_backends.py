@@ -67,9 +67,24 @@ def gpu_pod(workload_type: str | None = None, count: str = "1", **spec: object) 
     return pod
 
 
-def expected(pod: dict, resource: str, quantity: str, selector: dict, record: tuple) -> dict:
+NOT_SHARING = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": GKE_STRATEGY, "operator": "DoesNotExist"}]}
+            ]
+        }
+    }
+}
+
+
+def expected(
+    pod: dict, resource: str, quantity: str, selector: dict, record: tuple, affinity=None
+) -> dict:
     """`pod` with its GPU container moved to `quantity` of `resource`, placed by `selector`."""
     result = copy.deepcopy(pod)
+    if affinity:
+        result["spec"]["affinity"] = affinity
     result["spec"]["containers"][0]["resources"] = {
         "requests": {"cpu": "1", resource: quantity},
         "limits": {resource: quantity},
@@ -119,7 +134,7 @@ CASES = {
         "inference",
         (GPU, "1", {GKE_STRATEGY: "mps", GKE_CLIENTS: "2"}),
     ),
-    "gke training": ("gke", {}, "training", (GPU, "1", {})),
+    "gke training avoids sharing nodes": ("gke", {}, "training", (GPU, "1", {}, NOT_SHARING)),
 }
 
 
@@ -134,10 +149,12 @@ def test_each_backend_rewrites_the_whole_pod(
     client = make_client(CASTSLICE_BACKEND=backend, **env)
     pod = gpu_pod(workload_type)
     response = review_response(client, make_review(pod))
-    resource, quantity, selector = want
+    resource, quantity, selector, *affinity = want
     slices = {"dev": 1, "inference": 2, "training": 4}[workload_type]
     record = (slices, "workload-type", {"app": "1"}, backend)
-    assert apply_response(pod, response) == expected(pod, resource, quantity, selector, record)
+    assert apply_response(pod, response) == expected(
+        pod, resource, quantity, selector, record, *affinity
+    )
     assert response["auditAnnotations"]["backend"] == backend
     assert "warnings" not in response
 
@@ -148,8 +165,83 @@ def test_whole_gpus_for_more_than_one_gpu_of_slices(make_client: Callable[..., F
     pod["metadata"]["annotations"]["castops.io/slice-ratio"] = "6"
     response = review_response(client, make_review(pod))
     assert apply_response(pod, response) == expected(
-        pod, GPU, "2", {}, (6, "slice-ratio", {"app": "2"}, "gke")
+        pod, GPU, "2", {}, (6, "slice-ratio", {"app": "2"}, "gke"), NOT_SHARING
     )
+
+
+def term(*expressions: dict) -> dict:
+    return {"matchExpressions": list(expressions)}
+
+
+ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+AVOID = {"key": GKE_STRATEGY, "operator": "DoesNotExist"}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "want"),
+    [
+        ({}, NOT_SHARING),
+        ({"podAffinity": {}}, {"podAffinity": {}, **NOT_SHARING}),
+        ({"nodeAffinity": {}}, NOT_SHARING),
+        (
+            {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [],
+                    **NOT_SHARING["nodeAffinity"],
+                }
+            },
+        ),
+        (
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [term(ZONE), {"matchFields": []}]
+                    }
+                }
+            },
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            term(ZONE, AVOID),
+                            {"matchFields": [], "matchExpressions": [AVOID]},
+                        ]
+                    }
+                }
+            },
+        ),
+    ],
+    ids=["none", "pod-affinity", "empty-node-affinity", "preferred-only", "every-term-anded"],
+)
+def test_whole_gpus_on_gke_keep_off_sharing_nodes_whatever_affinity_there_is(
+    make_client: Callable[..., FlaskClient], affinity: dict, want: dict
+) -> None:
+    client = make_client(CASTSLICE_BACKEND="gke")
+    pod = gpu_pod("training")
+    if affinity:
+        pod["spec"]["affinity"] = affinity
+    patched = apply_response(pod, review_response(client, make_review(pod)))
+    assert patched["spec"]["affinity"] == want
+
+
+def test_node_affinity_on_a_placement_label_is_hand_placed(
+    make_client: Callable[..., FlaskClient],
+) -> None:
+    client = make_client(CASTSLICE_BACKEND="gke")
+    pod = gpu_pod("dev")
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [term({"key": GKE_CLIENTS, "operator": "In", "values": ["8"]})]
+            }
+        }
+    }
+    response = review_response(client, make_review(pod))
+    assert "patch" not in response
+    assert response["warnings"] == [
+        f"node affinity on {GKE_CLIENTS} set by hand; castslice left the Pod unchanged"
+    ]
 
 
 def test_existing_node_selector_keeps_its_keys(make_client: Callable[..., FlaskClient]) -> None:

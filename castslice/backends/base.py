@@ -17,6 +17,8 @@ class Placement(NamedTuple):
     node_selector: Mapping[str, str]
     # The share of one physical GPU each container gets, for messages.
     gpus: Fraction
+    # Node labels the Pod's node must not carry (a required node affinity).
+    absent_node_labels: tuple[str, ...] = ()
 
 
 class Backend(Protocol):

@@ -29,7 +29,9 @@ class GkeBackend:
         degree = sharing_degree(config, slices)
         if degree is None:
             gpus = whole_gpus(config, slices)
-            return Placement(config.gpu_resource, gpus, {}, Fraction(gpus))
+            # Sharing nodes advertise nvidia.com/gpu too (one per client); without
+            # this a whole-GPU Pod could land on one and get a fraction.
+            return Placement(config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY,))
         selector = {
             STRATEGY: _GKE_STRATEGY[config.sharing_strategy],
             MAX_CLIENTS: str(degree),
