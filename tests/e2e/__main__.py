@@ -1,6 +1,8 @@
 """Run the end-to-end environment by hand: `python -m tests.e2e up` (from the repo root).
 
-Starts etcd, kube-apiserver and kube-controller-manager on 127.0.0.1, serves
+Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK
+on 127.0.0.1, creates fake GPU nodes shaped as the nodes of the backend
+CastSlice runs with (CASTSLICE_BACKEND, `resource` by default), serves
 CastSlice behind nginx TLS, registers the shipped webhook configuration, prints
 a KUBECONFIG and waits until Ctrl-C, then stops everything. CASTSLICE_*
 variables set in the calling shell configure the CastSlice it starts.
@@ -19,26 +21,51 @@ from ..procs import HarnessError
 from . import tools
 from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
+from .nodes import (
+    BACKENDS,
+    GKE_CLIENTS,
+    GKE_STRATEGY,
+    NVIDIA_REPLICAS,
+    NVIDIA_STRATEGY,
+    create_nodes,
+    standard_pools,
+)
 from .registration import register_and_wait
 
 _EXAMPLE = """\
+kubectl get nodes -L {columns}
 kubectl apply -f - <<'EOF'
-apiVersion: v1
-kind: Pod
+apiVersion: apps/v1
+kind: Deployment
 metadata:
-  name: trainer
-  annotations:
-    castops.io/optimize: "true"
-    castops.io/workload-type: training
+  name: notebook
 spec:
-  containers:
-    - name: app
-      image: registry.invalid/app:1
-      resources:
-        limits:
-          nvidia.com/gpu: 1
+  replicas: 5
+  selector:
+    matchLabels: {{app: notebook}}
+  template:
+    metadata:
+      labels: {{app: notebook}}
+      annotations:
+        castops.io/optimize: "true"
+        castops.io/workload-type: dev
+    spec:
+      containers:
+        - name: app
+          image: registry.invalid/app:1
+          resources:
+            limits:
+              nvidia.com/gpu: 1
 EOF
-kubectl get pod trainer -o jsonpath='{.spec.containers[0].resources}'; echo"""
+kubectl get pods -o wide   # four Pods share one GPU and run, the fifth is Pending
+kubectl get pods -o yaml | grep -m1 castslice.castops.io/applied   # what CastSlice did
+kubectl describe pods | grep Insufficient"""
+# The node labels that tell one backend's pools apart.
+_COLUMNS = {
+    "resource": "type",
+    "nvidia": f"{NVIDIA_REPLICAS},{NVIDIA_STRATEGY}",
+    "gke": f"{GKE_STRATEGY},{GKE_CLIENTS}",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,15 +89,21 @@ def _up() -> int:
     binaries = tools.kube_binaries(on_build=lambda message: print(message, flush=True))
     settings = {key: value for key, value in os.environ.items() if key.startswith("CASTSLICE_")}
     token = settings.get("CASTSLICE_PATH_TOKEN", "")
+    backend = settings.get("CASTSLICE_BACKEND", "resource").strip()
+    if backend not in BACKENDS:
+        raise HarnessError(f"CASTSLICE_BACKEND={backend!r}: expected one of {', '.join(BACKENDS)}")
     with LocalControlPlane(binaries) as plane, CastSliceServer(nginx, settings) as server:
         api = plane.api_client()
         register_and_wait(api, server, path=token)
+        nodes = create_nodes(api, backend, standard_pools(backend))
         print(
             f"\nAPI server:     {plane.server_url}\n"
-            f"CastSlice:      {server.url(token)}\n"
+            f"CastSlice:      {server.url(token)} (backend: {backend})\n"
+            f"fake GPU nodes: {', '.join(node.name for node in nodes)}\n"
             f"request log:    {server.workdir}/logs/castslice.out\n"
             f"cluster logs:   {plane.logs}\n\n"
-            f"export KUBECONFIG={plane.kubeconfig}\n\n{_EXAMPLE}\n\n"
+            f"export KUBECONFIG={plane.kubeconfig}\n\n"
+            f"{_EXAMPLE.format(columns=_COLUMNS[backend])}\n\n"
             "Ctrl-C stops everything.",
             flush=True,
         )

@@ -1,16 +1,21 @@
-"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager.
+"""A real Kubernetes control plane on 127.0.0.1, with fake nodes that run Pods.
 
-No kubelet and no scheduler: Pods are admitted and stored but stay Pending,
-which is all an admission webhook needs to be tested against.
+etcd, kube-apiserver, kube-controller-manager (every controller a cluster runs
+by default) and kube-scheduler, all of the pinned release, plus KWOK's
+controller standing in for the kubelets: it keeps the fake nodes it manages
+Ready and moves Pods bound to them to Running. Nodes are created through the
+API (see nodes.py); until one exists, Pods are admitted and stay Pending.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import ssl
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -31,15 +36,13 @@ _APISERVER_DNS = (
     "kubernetes.default.svc.cluster.local",
 )
 _SERVICE_CIDR = "10.0.0.0/24"
+# Addresses KWOK writes into the status of fake nodes and Pods; nothing listens there.
+_POD_CIDR = "10.244.0.0/16"
+_NODE_IP = "10.240.0.1"
 _START_TIMEOUT = 90.0
-# Only what the suite needs: ServiceAccounts (the ServiceAccount admission plugin
-# wants one per namespace), Deployments and their ReplicaSets, namespace deletion.
-_CONTROLLERS = (
-    "serviceaccount-controller",
-    "deployment-controller",
-    "replicaset-controller",
-    "namespace-controller",
-)
+# The nodes KWOK plays the kubelet for: nodes.py puts this label on every fake node,
+# so a real node that ever joins is left to its own kubelet.
+KWOK_NODE_LABEL = ("type", "kwok")
 
 
 class LocalControlPlane:
@@ -57,8 +60,14 @@ class LocalControlPlane:
         self._admin = self.ca.issue(
             "castslice-e2e-admin", organizations=("system:masters",), client=True
         )
-        # The bootstrap RBAC policy binds its roles to this exact user name.
+        # The bootstrap RBAC policy binds its roles to these exact user names.
         self._controller_manager = self.ca.issue("system:kube-controller-manager", client=True)
+        self._scheduler = self.ca.issue("system:kube-scheduler", client=True)
+        # KWOK writes the status of nodes and Pods, leases and deletions: what a
+        # kubelet does for its own node, here for every fake one.
+        self._kwok = self.ca.issue(
+            "kwok-controller", organizations=("system:masters",), client=True
+        )
         self._processes: list[ManagedProcess] = []
 
     @property
@@ -84,7 +93,11 @@ class LocalControlPlane:
             self._write_pki()
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
-            self._start_controller_manager()
+            # Started together, then waited for: the controller manager, which sets up
+            # every controller in turn, takes the longest (about 5 s).
+            waits = [self._start_controller_manager(), self._start_scheduler(), self._start_kwok()]
+            for wait in waits:
+                wait()
         except BaseException:
             self.stop()
             raise
@@ -116,8 +129,10 @@ class LocalControlPlane:
         (self.pki / "sa.key").write_bytes(private)
         (self.pki / "sa.pub").write_bytes(public)
 
-    def _start(self, name: str, argv: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, argv, self.logs)
+    def _start(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.logs, env=env)
         self._processes.append(process)
         process.start()
         return process
@@ -184,20 +199,25 @@ class LocalControlPlane:
         )
         self._write_kubeconfig(self.kubeconfig, "castslice-e2e-admin", self._admin)
 
-    def _start_controller_manager(self) -> None:
+    def _start_controller_manager(self) -> Callable[[], None]:
         kubeconfig = self.workdir / "controller-manager.kubeconfig"
-        pair = self._controller_manager
-        self._write_kubeconfig(kubeconfig, "system:kube-controller-manager", pair)
+        self._write_kubeconfig(
+            kubeconfig, "system:kube-controller-manager", self._controller_manager
+        )
         controller_manager = self._start(
             "kube-controller-manager",
             [
                 str(self.binaries.controller_manager),
                 f"--kubeconfig={kubeconfig}",
-                f"--controllers={','.join(_CONTROLLERS)}",
+                # Every controller that is on by default, as in any cluster: Jobs,
+                # CronJobs, StatefulSets, DaemonSets, garbage collection, node lifecycle...
+                "--controllers=*",
                 # Each controller acts as its own ServiceAccount with the bootstrap
                 # RBAC roles, as in a kubeadm cluster.
                 "--use-service-account-credentials=true",
                 f"--root-ca-file={self.pki / 'ca.crt'}",
+                # The service-account token controller signs with the key the API server checks.
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 # Nothing scrapes its metrics or health endpoints here.
@@ -205,12 +225,73 @@ class LocalControlPlane:
             ],
         )
         core = kubernetes.client.CoreV1Api(self.api_client())
-        wait_until(
+        return lambda: wait_until(
             lambda: _service_account_exists(core, "default", "default"),
             timeout=_START_TIMEOUT,
             what="kube-controller-manager to create the default ServiceAccount",
             interval=0.25,
             alive=controller_manager.check_running,
+        )
+
+    def _start_scheduler(self) -> Callable[[], None]:
+        kubeconfig = self.workdir / "scheduler.kubeconfig"
+        self._write_kubeconfig(kubeconfig, "system:kube-scheduler", self._scheduler)
+        port = free_port()
+        scheduler = self._start(
+            "kube-scheduler",
+            [
+                str(self.binaries.scheduler),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                # Its self-signed serving certificate, instead of /var/run/kubernetes.
+                f"--cert-dir={self.workdir / 'scheduler'}",
+            ],
+        )
+        # Ready once its informers have synced: from then on every Pending Pod is tried.
+        # Health paths need no credentials, and its certificate is its own self-signed one.
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        return lambda: wait_until(
+            lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", insecure),
+            timeout=_START_TIMEOUT,
+            what="kube-scheduler /readyz",
+            interval=0.25,
+            alive=scheduler.check_running,
+        )
+
+    def _start_kwok(self) -> Callable[[], None]:
+        kubeconfig = self.workdir / "kwok.kubeconfig"
+        self._write_kubeconfig(kubeconfig, "kwok-controller", self._kwok)
+        port = free_port()
+        key, value = KWOK_NODE_LABEL
+        kwok = self._start(
+            "kwok",
+            [
+                str(self.binaries.kwok),
+                f"--kubeconfig={kubeconfig}",
+                # The release's default stages (what kwokctl uses): nodes turn Ready and
+                # keep their lease; bound Pods run, Job Pods complete, deleted Pods go.
+                f"--config={self.binaries.kwok_stages}",
+                f"--manage-nodes-with-label-selector={key}={value}",
+                f"--cidr={_POD_CIDR}",
+                f"--node-ip={_NODE_IP}",
+                # Health only, on loopback; it answers once the controllers have started.
+                f"--server-address=127.0.0.1:{port}",
+                # At INFO it logs every status it writes; problems are what a log tail needs.
+                "--v=WARN",
+            ],
+            # Its work directory would otherwise be ~/.kwok, whose kwok.yaml it reads first.
+            env={**os.environ, "KWOK_WORKDIR": str(self.workdir / "kwok")},
+        )
+        return lambda: wait_until(
+            lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+            timeout=_START_TIMEOUT,
+            what="KWOK's controller /healthz",
+            interval=0.25,
+            alive=kwok.check_running,
         )
 
     def _admin_tls_context(self) -> ssl.SSLContext:

@@ -18,6 +18,7 @@ import pytest
 from . import tools
 from .castslice_server import CastSliceServer, StartServer
 from .cluster import LocalControlPlane
+from .kubectl import Kubectl
 from .pods import create_namespace
 from .registration import register_and_wait
 
@@ -115,9 +116,15 @@ def castslice(nginx: Path, api: kubernetes.client.ApiClient) -> Iterator[CastSli
 
 
 @pytest.fixture
-def namespace(api: kubernetes.client.ApiClient, castslice: CastSliceServer) -> str:
-    """A fresh namespace, ready for Pods (its default ServiceAccount exists)."""
-    return create_namespace(api, f"e2e-{uuid.uuid4().hex[:8]}")
+def namespace(api: kubernetes.client.ApiClient, castslice: CastSliceServer) -> Iterator[str]:
+    """A fresh namespace, ready for Pods (its default ServiceAccount exists), deleted after.
+
+    With a scheduler running, Pods and workloads a test leaves behind would take
+    the nodes of a later test.
+    """
+    name = create_namespace(api, f"e2e-{uuid.uuid4().hex[:8]}")
+    yield name
+    kubernetes.client.CoreV1Api(api).delete_namespace(name)
 
 
 @pytest.fixture
@@ -129,6 +136,20 @@ def own_castslice(
     The registration is pointed back at the session's server afterwards, and
     the test only ends once the API server calls that one again.
     """
+    yield from _separate_servers(nginx, api, castslice)
+
+
+@pytest.fixture(scope="module")
+def module_castslice(
+    nginx: Path, api: kubernetes.client.ApiClient, castslice: CastSliceServer
+) -> Iterator[StartServer]:
+    """`own_castslice` for a whole test module: servers started once, shared by its tests."""
+    yield from _separate_servers(nginx, api, castslice)
+
+
+def _separate_servers(
+    nginx: Path, api: kubernetes.client.ApiClient, session_server: CastSliceServer
+) -> Iterator[StartServer]:
     started: list[CastSliceServer] = []
 
     def start(env: Mapping[str, str]) -> CastSliceServer:
@@ -144,4 +165,10 @@ def own_castslice(
         for server in started:
             _live.remove(server)
             server.close()
-        register_and_wait(api, castslice)
+        register_and_wait(api, session_server)
+
+
+@pytest.fixture(scope="session")
+def kubectl_user(kubectl: Path, control_plane: LocalControlPlane) -> Kubectl:
+    """kubectl with the cluster admin's kubeconfig, as a user of the cluster runs it."""
+    return Kubectl(kubectl, control_plane.kubeconfig)

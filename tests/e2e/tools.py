@@ -13,8 +13,8 @@ from ..procs import HarnessError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "kube" / "build.sh"
 _BUILDING = (
-    "building kube-apiserver, kube-controller-manager and etcd from source: once per "
-    "version, about 8 minutes on 2 cores (see tests/e2e/kube/build.sh)..."
+    "building kube-apiserver, kube-controller-manager, kube-scheduler, etcd and KWOK from "
+    "source: once per version, 15 to 30 minutes on 2 cores (see tests/e2e/kube/build.sh)..."
 )
 
 
@@ -27,6 +27,10 @@ class KubeBinaries:
     etcd: Path
     apiserver: Path
     controller_manager: Path
+    scheduler: Path
+    # KWOK's controller plays the kubelet of fake nodes, following its default stages.
+    kwok: Path
+    kwok_stages: Path
 
 
 def find_program(name: str, install: str, *, extra_dirs: tuple[str, ...] = ()) -> Path:
@@ -51,7 +55,7 @@ def kubectl() -> Path:
 
 
 def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries:
-    """kube-apiserver, kube-controller-manager and etcd, built once and cached by version.
+    """etcd, the control plane's binaries and KWOK, built once and cached by version.
 
     The first call compiles them from the versions pinned in tests/e2e/kube/go.mod
     (several minutes; `on_build` is told so), later calls find them in the cache.
@@ -85,4 +89,7 @@ def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries
         etcd=directory / "etcd",
         apiserver=directory / "kube-apiserver",
         controller_manager=directory / "kube-controller-manager",
+        scheduler=directory / "kube-scheduler",
+        kwok=directory / "kwok",
+        kwok_stages=directory / "kwok-stages.yaml",
     )
