@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: run test lint unit terraform e2e system-packages bench clean
+.PHONY: run test lint unit terraform e2e e2e-newest e2e-oldest system-packages bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,16 @@ terraform: $(VENV)/.installed
 	  echo "terraform: not installed, so infra/ was checked by parsing only (see unit)"; \
 	fi
 
-e2e: $(VENV)/.installed system-packages
-	$(BIN)/pytest -q --no-header -p no:cacheprovider tests/e2e
+# The suite runs against the newest and the oldest supported Kubernetes release
+# (tests/e2e/kube/go.mod and tests/e2e/kube/oldest/go.mod); tests of features the
+# oldest lacks are deselected there.
+e2e: e2e-newest e2e-oldest
+
+e2e-newest: $(VENV)/.installed system-packages
+	CASTSLICE_E2E_KUBERNETES=newest $(BIN)/pytest -q --no-header -p no:cacheprovider tests/e2e
+
+e2e-oldest: $(VENV)/.installed system-packages
+	CASTSLICE_E2E_KUBERNETES=oldest $(BIN)/pytest -q --no-header -p no:cacheprovider tests/e2e
 
 # nginx terminates TLS in front of the function in the end-to-end suite, as
 # Cloud Run's front end does; Go builds the Kubernetes control plane.

@@ -43,12 +43,28 @@ def missing(error: tools.MissingTool) -> NoReturn:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    target = tools.kubernetes_version()
+    kept, too_new = [], []
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+        needs = item.get_closest_marker("kubernetes")
+        if needs and tuple(map(int, needs.args[0].split("."))) > target:
+            too_new.append(item)
+        else:
+            kept.append(item)
+    # Deselected, not skipped: the feature does not exist on that release at all.
+    if too_new:
+        config.hook.pytest_deselected(items=too_new)
+        items[:] = kept
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "kubernetes(version): needs that Kubernetes release or newer (e.g. '1.36'); "
+        "deselected when CASTSLICE_E2E_KUBERNETES picks an older one",
+    )
     config.addinivalue_line(
         "markers", "e2e: runs against a real kube-apiserver (tests/e2e; slow first build)"
     )

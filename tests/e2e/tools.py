@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -12,6 +13,11 @@ from ..procs import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "e2e" / "kube" / "build.sh"
+# CASTSLICE_E2E_KUBERNETES picks the pinned Kubernetes release the suite runs against.
+KUBERNETES_MODULES = {
+    "newest": REPO_ROOT / "tests" / "e2e" / "kube",
+    "oldest": REPO_ROOT / "tests" / "e2e" / "kube" / "oldest",
+}
 _BUILDING = (
     "building kube-apiserver, kube-controller-manager, kube-scheduler, etcd and KWOK from "
     "source: once per version, 15 to 30 minutes on 2 cores (see tests/e2e/kube/build.sh)..."
@@ -54,6 +60,26 @@ def kubectl() -> Path:
     return find_program("kubectl", "the kubectl of https://kubernetes.io/docs/tasks/tools/")
 
 
+def kubernetes_module() -> Path:
+    """The Go module that pins the Kubernetes release chosen by CASTSLICE_E2E_KUBERNETES."""
+    choice = os.environ.get("CASTSLICE_E2E_KUBERNETES", "newest")
+    if choice not in KUBERNETES_MODULES:
+        raise HarnessError(
+            f"CASTSLICE_E2E_KUBERNETES={choice!r}; choose one of {', '.join(KUBERNETES_MODULES)}"
+        )
+    return KUBERNETES_MODULES[choice]
+
+
+def kubernetes_version() -> tuple[int, int]:
+    """(major, minor) of the Kubernetes release the suite runs against, from its go.mod."""
+    for line in (kubernetes_module() / "go.mod").read_text().splitlines():
+        words = line.split()
+        if words[:2] == ["require", "k8s.io/kubernetes"]:
+            major, minor = words[2].lstrip("v").split(".")[:2]
+            return int(major), int(minor)
+    raise HarnessError(f"no `require k8s.io/kubernetes` line in {kubernetes_module()}/go.mod")
+
+
 def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries:
     """etcd, the control plane's binaries and KWOK, built once and cached by version.
 
@@ -62,7 +88,7 @@ def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries
     """
     try:
         build = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)],
+            ["bash", str(BUILD_SCRIPT), str(kubernetes_module())],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
