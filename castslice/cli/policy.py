@@ -1,0 +1,33 @@
+"""`castslice policy`: CastSlice as admission policies the API server runs (Kubernetes 1.36+)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..config import load_config
+from ..policymode import render_json, render_yaml
+
+HELP = (
+    "print a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy (with bindings) that do "
+    "what the webhook does, for clusters on Kubernetes 1.36+"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="yaml (default): the four objects as a multi-document stream with comments; "
+        "json: a List",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(os.environ)
+    render = render_json if args.output == "json" else render_yaml
+    sys.stdout.write(render(config))
+    return 0

@@ -1,0 +1,184 @@
+"""CEL for the decision: the slice count from the annotations, then the backend's placement.
+
+Mirrors castslice.slices.resolve_slices and castslice.backends; the variables
+defined here are shared by the mutating and the validating policy, so both
+read the same answer.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..config import Config
+from ..enrolment import Policy, Requirement, Rule
+from ..registration import namespace_matches
+from ..slices import SLICE_RATIO, WORKLOAD_TYPE
+from . import expr
+from .expr import Expr, literal, string, variable
+
+# The webhook writes the decision record with msgspec's JSON encoder.
+_json = msgspec.json.Encoder()
+
+# The Kubernetes field of a required node affinity.
+REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+
+# (name, CEL expression) in the order the policy must declare them.
+Variables = list[tuple[str, Expr]]
+
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def annotation(key: str) -> Expr:
+    """The Pod annotation `key` as an optional string."""
+    return f"{variable('annotations')}[?{string(key)}]"
+
+
+def ratio_pattern(max_slice_ratio: int) -> str:
+    """RE2 pattern of what config.parse_bounded_int accepts below 10**len(str(max))."""
+    digits = len(str(max_slice_ratio))
+    return f"^0*[1-9][0-9]{{0,{digits - 1}}}$"
+
+
+def json_string(text: str) -> str:
+    """`text` as the decision record's JSON encoder writes it."""
+    return _json.encode(text).decode()
+
+
+def slice_variables(config: Config, root: str = "object") -> Variables:
+    """annotations (and labels, rule...), sliceRatio, presetSlices, slices, source, sourceJson.
+
+    As resolve_slices: slice-ratio, then workload-type, then the count of the
+    enrolment rule that enrolled the Pod, then the default. `root` is the Pod
+    (or a workload's Pod template). `sliceRatio`, `presetSlices` and
+    `ruleSlices` are 0 when they give nothing (no valid count is 0).
+    """
+    ratio = annotation(SLICE_RATIO)
+    ratio_value = f"int({variable('annotations')}[{string(SLICE_RATIO)}])"
+    presets = literal(dict(config.presets))
+    slice_ratio, preset = variable("sliceRatio"), variable("presetSlices")
+    counts = [(f"{slice_ratio} > 0", slice_ratio, "slice-ratio")]
+    counts.append((f"{preset} > 0", preset, "workload-type"))
+    found: Variables = [
+        ("annotations", expr.optional_map(f"{root}.?metadata.?annotations")),
+        (
+            "sliceRatio",
+            expr.if_else(
+                expr.all_of(
+                    f"{ratio}.orValue('').matches({string(ratio_pattern(config.max_slice_ratio))})",
+                    f"{ratio_value} <= {config.max_slice_ratio}",
+                ),
+                ratio_value,
+                "0",
+            ),
+        ),
+        ("presetSlices", f"{presets}[?{annotation(WORKLOAD_TYPE)}.orValue('')].orValue(0)"),
+    ]
+    if config.policy is not None:
+        found += enrolment_variables(config.policy, root)
+    slices = str(config.default_slices)
+    source, source_json = string("default"), string(json_string("default"))
+    if config.policy is not None:
+        rules = config.policy.rules
+        by_rule = f"[{variable('enrollingRule')}]"
+        rule_source = literal([rule.source for rule in rules]) + by_rule
+        rule_json = literal([json_string(rule.source) for rule in rules]) + by_rule
+        rule_slices = variable("ruleSlices")
+        slices = expr.if_else(f"{rule_slices} > 0", rule_slices, slices)
+        source = expr.if_else(f"{rule_slices} > 0", rule_source, source)
+        source_json = expr.if_else(f"{rule_slices} > 0", rule_json, source_json)
+    for condition, count, name in reversed(counts):
+        slices = expr.if_else(condition, count, slices)
+        source = expr.if_else(condition, string(name), source)
+        source_json = expr.if_else(condition, string(json_string(name)), source_json)
+    return [*found, ("slices", slices), ("source", source), ("sourceJson", source_json)]
+
+
+def enrolment_variables(policy: Policy, root: str) -> Variables:
+    """labels, rule (the first matching rule's index, or -1), enrollingRule, ruleSlices.
+
+    As enrolment.decide: `enrollingRule` is the first matching rule when it
+    enrols (-1 otherwise); its count, if it gives one, is `ruleSlices`.
+    """
+    rule, enrolling = variable("rule"), variable("enrollingRule")
+    first = "-1"
+    for index, candidate in reversed(list(enumerate(policy.rules))):
+        first = expr.if_else(rule_matches(candidate), str(index), first)
+    enrols = literal([candidate.optimize for candidate in policy.rules])
+    counts = literal([candidate.rule_slices or 0 for candidate in policy.rules])
+    return [
+        ("labels", expr.optional_map(f"{root}.?metadata.?labels")),
+        ("rule", first),
+        ("enrollingRule", expr.if_else(f"{rule} >= 0 && {enrols}[{rule}]", rule, "-1")),
+        ("ruleSlices", expr.if_else(f"{enrolling} >= 0", f"{counts}[{enrolling}]", "0")),
+    ]
+
+
+def rule_matches(rule: Rule) -> Expr:
+    """CEL: the Pod is in one of the rule's namespaces and its labels match the selector."""
+    terms = []
+    if rule.namespaces is not None:
+        terms.append(namespace_matches(rule.namespaces))
+    for requirement in rule.selector or ():
+        terms.append(requirement_matches(requirement))
+    return expr.all_of(*terms) if terms else "true"
+
+
+def requirement_matches(requirement: Requirement) -> Expr:
+    """One label selector term over `variables.labels`, as Kubernetes evaluates it."""
+    labels = variable("labels")
+    key, operator, values = requirement
+    present = f"{string(key)} in {labels}"
+    if operator in ("In", "NotIn"):
+        within = f"({present} && {labels}[{string(key)}] in {literal(list(values))})"
+        return within if operator == "In" else f"!{within}"
+    return present if operator == "Exists" else f"!({present})"
+
+
+def gpu_requested(container: Expr, gpu: str) -> Expr:
+    """CEL: `container` names the GPU resource in its requests or limits (patch.gpu_containers)."""
+    resources = f"{container}.?resources"
+    return expr.any_of(
+        f"{string(gpu)} in {expr.optional_map(resources + '.?requests')}",
+        f"{string(gpu)} in {expr.optional_map(resources + '.?limits')}",
+    )
+
+
+def containers_of(kind: str, root: str = "object") -> Expr:
+    """The Pod's containers of one kind, an empty list when the field is absent."""
+    return f"{root}.?spec.?{kind}.orValue([])"
+
+
+def any_gpu_container(gpu: str, root: str = "object") -> Expr:
+    return expr.any_of(
+        *(
+            f"{containers_of(kind, root)}.exists(c, {gpu_requested('c', gpu)})"
+            for kind in CONTAINER_KINDS
+        )
+    )
+
+
+def required_node_terms(root: str = "object") -> Expr:
+    """CEL for patch.required_node_terms: the required node affinity terms, or []."""
+    return (
+        f"{root}.?spec.?affinity.?nodeAffinity.?{REQUIRED_AFFINITY}.?nodeSelectorTerms.orValue([])"
+    )
+
+
+def placed_by_hand(keys: tuple[str, ...], root: str = "object") -> Expr:
+    """CEL list for admission._hand_placed: where the Pod already names a placement label.
+
+    The first entry is what the warning says: a nodeSelector key, in the
+    backend's order, else a key of a required node affinity term.
+    """
+    if not keys:
+        return "[]"
+    selector = expr.optional_map(f"{root}.?spec.?nodeSelector")
+    in_selector = (
+        f"{literal(list(keys))}.filter(k, k in {selector}).map(k, {string('nodeSelector ')} + k)"
+    )
+    in_affinity = (
+        f"{required_node_terms(root)}.map(t, t.?matchExpressions.orValue([])"
+        f".filter(e, e.?key.orValue('') in {literal(list(keys))})"
+        f".map(e, {string('node affinity on ')} + e.key)).flatten()"
+    )
+    return f"{in_selector} + {in_affinity}"

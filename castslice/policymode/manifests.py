@@ -1,0 +1,279 @@
+"""The objects of policy mode, rendered from the same Config as the webhook.
+
+A MutatingAdmissionPolicy applies the webhook's mutation to Pods; a
+ValidatingAdmissionPolicy with `validationActions: [Warn, Audit]` gives the
+webhook's warnings and audit annotations on Pods, another its warnings on
+workloads. Each policy matches what the webhook registration sends to the
+function (the same rules, namespace exclusions and matchConditions) and has a
+binding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import cel, registration
+from ..admission import APPLIED
+from ..config import Config
+from ..registration import DEFAULT_NAMESPACE, namespace_selector, pod_match_conditions
+from . import expr, messages, workloads
+from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
+from .expr import Expr, string, variable
+from .mutation import gpu_containers, original_entries, patch, record
+from .placement import PlacementCel
+
+Manifest = dict[str, Any]
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+# The webhook's name: the validating policy's audit annotations then carry the
+# same keys as the webhook's (`pods.castslice.castops.io/slices`).
+NAME = "pods.castslice.castops.io"
+LABELS = {"app.kubernetes.io/name": "castslice", "app.kubernetes.io/component": "policy"}
+MINIMUM_KUBERNETES = "1.36"
+# Warnings one object can get from a validating policy (a validation each): for a
+# Pod, the two annotation warnings plus one per GPU container given less than it
+# asked for. The API server's 4 KiB warning budget cuts in long before.
+WARNING_SLOTS = 64
+# The prefix the API server puts before every warning of a validating policy.
+WARNING_PREFIX = f"Validation failed for ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}': "
+WORKLOAD_WARNING_PREFIX = WARNING_PREFIX.replace(NAME, workloads.NAME)
+
+_RECORD_MEMBERS = '"original":{'
+_MEMBER = '"[^"]*":"[^"]*"'
+_SEPARATOR = '":"'
+
+
+def not_recorded() -> Expr:
+    """CEL: the Pod has no decision record yet (idempotence: a recorded Pod is left alone)."""
+    return (
+        f"!has(object.metadata.annotations) || !({string(APPLIED)} in object.metadata.annotations)"
+    )
+
+
+def recorded_by_user() -> Expr:
+    """CEL: the request itself carried the decision record (not an admission mutation).
+
+    The validating policy sees the Pod after mutation. The API server computes
+    managedFields before mutating admission, so a record some field manager owns
+    came with the request: that Pod is idempotently left alone, without warnings.
+    """
+    owned = f"entry.?fieldsV1[?'f:metadata'][?'f:annotations'][?{string('f:' + APPLIED)}]"
+    return f"object.metadata.?managedFields.orValue([]).exists(entry, {owned}.hasValue())"
+
+
+def _match_resources() -> Manifest:
+    """As the Pod webhook's rules: CREATE of core v1 Pods, outside the excluded namespaces."""
+    return {
+        "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
+        "matchPolicy": "Equivalent",
+        "resourceRules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "*",
+            }
+        ],
+    }
+
+
+def pod_conditions(config: Config) -> list[tuple[str, Expr]]:
+    """The webhook registration's own matchConditions: the Pods the function reviews."""
+    return [(c["name"], c["expression"]) for c in pod_match_conditions(config)]
+
+
+def validated_pod_conditions(config: Config) -> list[tuple[str, Expr]]:
+    """The same Pods, seen after mutation: a Pod the policy enrolled may no longer ask
+    for the GPU resource by name, but then it carries the decision record."""
+    policy = config.policy
+    if policy is None or not policy.enrols_anyone:
+        return pod_conditions(config)
+    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
+    reviewed = cel.any_of([registration.requests_gpu(config.gpu_resource), recorded])
+    enrolled = cel.all_of([reviewed, registration.policy_enrols(policy)])
+    return [
+        ("not-opted-out", registration.not_opted_out()),
+        ("opted-in-or-enrolled", cel.any_of([registration.opted_in(), enrolled])),
+        ("not-a-mirror-pod", registration.not_a_mirror_pod()),
+    ]
+
+
+def _conditions(*named: tuple[str, Expr]) -> list[Manifest]:
+    return [{"name": name, "expression": expression} for name, expression in named]
+
+
+def _variables(named: Variables) -> list[Manifest]:
+    return [{"name": name, "expression": expression} for name, expression in named]
+
+
+def decision_variables(config: Config, placement: PlacementCel) -> Variables:
+    return [*slice_variables(config), *placement.variables()]
+
+
+def mutating_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
+    placement = PlacementCel(config)
+    conditions = [
+        *pod_conditions(config),
+        ("not-yet-recorded", not_recorded()),
+        ("requests-the-gpu", any_gpu_container(config.gpu_resource)),
+    ]
+    if placement.placement_keys:
+        conditions.append(
+            ("not-placed-by-hand", f"size({placed_by_hand(placement.placement_keys)}) == 0")
+        )
+    variables = [
+        *decision_variables(config, placement),
+        ("gpuContainers", gpu_containers(config)),
+        ("original", original_entries(config)),
+        ("record", record(config.backend)),
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": NAME, "labels": dict(LABELS)},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "reinvocationPolicy": "Never",
+            "matchConstraints": _match_resources(),
+            "matchConditions": _conditions(*conditions),
+            "variables": _variables(variables),
+            "mutations": [
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": patch(config, placement)}}
+            ],
+        },
+    }
+
+
+def warning_variables(config: Config, placement: PlacementCel) -> Variables:
+    """The Pod warnings, worked out from the Pod as the validating policy sees it: mutated.
+
+    A record the request itself carried: the webhook skipped the Pod, silently.
+    A record the mutation added: the annotation warnings, and the less-than-asked
+    ones from the record's `original` quantities (the resources are rewritten).
+    No record: the annotation warnings, and the placed-by-hand one.
+    """
+    annotations = variable("annotations")
+    applied = f"{annotations}[{string(APPLIED)}]"
+    members = (
+        f"{applied}.substring({applied}.indexOf({string(_RECORD_MEMBERS)}) + "
+        f"{len(_RECORD_MEMBERS)}).findAll({string(_MEMBER)})"
+    )
+    asked = f"entry.substring(entry.indexOf({string(_SEPARATOR)}) + 3, size(entry) - 1)"
+    name = f"entry.substring(1, entry.indexOf({string(_SEPARATOR)}))"
+    less = messages.less_than_asked(placement, asked)
+    hand_placed = variable("handPlaced")
+    return [
+        ("fallback", messages.fallback(config)),
+        ("recordedByUser", recorded_by_user()),
+        (
+            "mutated",
+            f"{string(APPLIED)} in {annotations} && !{variable('recordedByUser')}",
+        ),
+        ("handPlaced", placed_by_hand(placement.placement_keys)),
+        ("members", expr.if_else(variable("mutated"), members, "[]")),
+        (
+            "lessThanAsked",
+            f"{variable('members')}.filter(entry, {less}).map(entry, "
+            f"{messages.less_than_asked_warning(name, asked, config.gpu_resource)})",
+        ),
+        (
+            "warnings",
+            expr.if_else(
+                f"{string(APPLIED)} in {annotations} && {variable('recordedByUser')}",
+                "[]",
+                f"{messages.annotation_warnings(config)} + "
+                + expr.if_else(
+                    variable("mutated"),
+                    variable("lessThanAsked"),
+                    expr.if_else(
+                        f"size({hand_placed}) > 0 && {any_gpu_container(config.gpu_resource)}",
+                        f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
+                        "[]",
+                    ),
+                ),
+            ),
+        ),
+    ]
+
+
+def validating_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
+    placement = PlacementCel(config)
+    validations = _warning_slots()
+    mutated = variable("mutated")
+    audit = [
+        ("slices", f"string({variable('slices')})"),
+        ("slice-source", variable("source")),
+        ("backend", string(config.backend)),
+    ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NAME, "labels": dict(LABELS)},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "matchConstraints": _match_resources(),
+            "matchConditions": _conditions(*validated_pod_conditions(config)),
+            "variables": _variables(
+                [*decision_variables(config, placement), *warning_variables(config, placement)]
+            ),
+            "validations": validations,
+            "auditAnnotations": [
+                {"key": key, "valueExpression": f"{mutated} ? {value} : {string('')}"}
+                for key, value in audit
+            ],
+        },
+    }
+
+
+def workload_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
+    """The validating policy that warns about workloads, as the webhook's second webhook."""
+    placement = PlacementCel(config)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": workloads.NAME, "labels": dict(LABELS)},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "matchConstraints": workloads.match_resources(),
+            "matchConditions": _conditions(*workloads.conditions()),
+            "variables": _variables(workloads.workload_variables(config, placement)),
+            "validations": _warning_slots(),
+        },
+    }
+
+
+def _warning_slots() -> list[Manifest]:
+    """One validation per warning a policy can give: the k-th fails when there are more than k."""
+    warnings = variable("warnings")
+    return [
+        {
+            "expression": f"size({warnings}) <= {slot}",
+            "messageExpression": f"{warnings}[{slot}]",
+        }
+        for slot in range(WARNING_SLOTS)
+    ]
+
+
+def binding(kind: str, name: str = NAME) -> Manifest:
+    spec: Manifest = {"policyName": name}
+    if kind == "ValidatingAdmissionPolicyBinding":
+        spec["validationActions"] = ["Warn", "Audit"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "labels": dict(LABELS)},
+        "spec": spec,
+    }
+
+
+def policies(config: Config, failure_policy: str = "Ignore") -> list[Manifest]:
+    """The mutating policy, the validating policies (Pods, workloads) and their bindings."""
+    return [
+        mutating_policy(config, failure_policy),
+        binding("MutatingAdmissionPolicyBinding"),
+        validating_policy(config, failure_policy),
+        binding("ValidatingAdmissionPolicyBinding"),
+        workload_policy(config, failure_policy),
+        binding("ValidatingAdmissionPolicyBinding", workloads.NAME),
+    ]

@@ -1,0 +1,161 @@
+"""CEL for a backend's placement: what each GPU container gets for `variables.slices`.
+
+The values (resource names, node labels, strategy spellings) are the backend's
+own answers, asked at render time; only the arithmetic choosing between them
+(the sharing degree, whole GPUs) is written again in CEL.
+"""
+
+from __future__ import annotations
+
+from ..admission import _share as share_text
+from ..backends import Placement, backend_for, sharing_degree
+from ..config import Config
+from . import expr
+from .expr import Expr, literal, string, variable
+
+Variables = list[tuple[str, Expr]]
+
+
+class PlacementCel:
+    """The policy variables `quantity`, `selector`, `share` (and `degree`, `wholeGpus`).
+
+    `renamed()` is the CEL condition under which containers get `resource`
+    instead of keeping the GPU resource with a new count.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.backend = backend_for(config)
+        self.gpu = config.gpu_resource
+        self.placement_keys = self.backend.placement_keys
+        per_gpu = config.slices_per_gpu
+        # s = S // d reaches every degree d the backend can ever choose (d <= S).
+        self.sharing: dict[int, Placement] = {}
+        if self.backend.name != "resource":
+            for offered in config.sharing_degrees:
+                if offered <= per_gpu:
+                    slices = per_gpu // offered
+                    degree = sharing_degree(config, slices)
+                    if degree is not None:
+                        self.sharing[degree] = self.backend.place(slices)
+        self.whole = self.backend.place(per_gpu)
+        self.resource = self._one_value(
+            {p.resource for p in self.sharing.values()} or {self.config.shared_resource}
+        )
+
+    def renamed(self) -> Expr:
+        if self.backend.name == "resource":
+            return "true"
+        renames = self.resource != self.gpu and bool(self.sharing)
+        if self.whole.resource != self.gpu:
+            raise ValueError(f"backend {self.backend.name}: whole GPUs must keep {self.gpu}")
+        return f"{variable('degree')} > 0" if renames else "false"
+
+    def variables(self) -> Variables:
+        slices = variable("slices")
+        per_gpu = self.config.slices_per_gpu
+        if self.backend.name == "resource":
+            return [
+                ("quantity", f"string({slices})"),
+                ("selector", "{}"),
+                ("absentLabels", literal(list(self.whole.absent_node_labels))),
+                ("share", fraction_share(slices, per_gpu)),
+            ]
+        degree, whole = variable("degree"), variable("wholeGpus")
+        degrees = literal(sorted(self.config.sharing_degrees, reverse=True))
+        selectors = {d: dict(p.node_selector) for d, p in self.sharing.items()}
+        quantity = self._one_value({str(p.quantity) for p in self.sharing.values()} or {"1"})
+        shares = {d: share_text(p.gpus) for d, p in self.sharing.items()}
+        whole_selector = literal(dict(self.whole.node_selector))
+        return [
+            # The largest offered degree M with M <= floor(S / s); 0 means whole GPUs.
+            (
+                "degree",
+                expr.if_else(
+                    f"{slices} < {per_gpu}",
+                    f"{degrees}.filter(d, d <= {per_gpu} / {slices})[?0].orValue(0)",
+                    "0",
+                ),
+            ),
+            ("wholeGpus", f"({slices} + {per_gpu - 1}) / {per_gpu}"),
+            ("quantity", expr.if_else(f"{degree} > 0", string(quantity), f"string({whole})")),
+            (
+                "selector",
+                expr.if_else(f"{degree} > 0", f"{_int_keyed(selectors)}[{degree}]", whole_selector),
+            ),
+            (
+                # Node labels the Pod's node must not carry (GKE: whole GPUs off sharing nodes).
+                "absentLabels",
+                expr.if_else(
+                    f"{degree} > 0",
+                    literal(list(self._one_absent(list(self.sharing.values())))),
+                    literal(list(self.whole.absent_node_labels)),
+                ),
+            ),
+            (
+                "share",
+                expr.if_else(
+                    f"{degree} > 0", f"{_int_keyed(shares)}[{degree}]", whole_share(whole)
+                ),
+            ),
+        ]
+
+    def gives_less(self, asked: Expr) -> Expr:
+        """CEL: the share is less than `asked` GPUs (`asked`: ASCII digits, no leading zero)."""
+        if self.backend.name == "resource":
+            # More digits than the largest slice count: the ask exceeds any share.
+            digits = len(str(self.config.max_slice_ratio))
+            return expr.any_of(
+                f"size({asked}) > {digits}",
+                f"{variable('slices')} < int({asked}) * {self.config.slices_per_gpu}",
+            )
+        # Every sharing placement is under one GPU, so below any ask of 2 or more.
+        return expr.any_of(
+            f"{variable('degree')} > 0",
+            f"size({asked}) > 18",
+            f"{variable('wholeGpus')} < int({asked})",
+        )
+
+    def _one_absent(self, placements: list[Placement]) -> tuple[str, ...]:
+        """The absent node labels all sharing placements share (none when there are none)."""
+        values = {p.absent_node_labels for p in placements} or {()}
+        if len(values) != 1:
+            raise ValueError(
+                f"backend {self.backend.name}: policy mode needs the same absent node labels "
+                f"for every sharing degree, got {sorted(values)}"
+            )
+        return next(iter(values))
+
+    def _one_value(self, values: set[str]) -> str:
+        if len(values) != 1:
+            raise ValueError(
+                f"backend {self.backend.name}: policy mode needs one shared resource and "
+                f"quantity for every sharing degree, got {sorted(values)}"
+            )
+        return next(iter(values))
+
+
+def fraction_share(slices: Expr, per_gpu: int) -> Expr:
+    """CEL for the text of Fraction(slices, per_gpu) of a GPU, in lowest terms."""
+    divisors = [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]
+    common = f"{literal(divisors)}.filter(d, {slices} % d == 0)[0]"
+    return expr.let(
+        "g",
+        common,
+        expr.if_else(
+            f"g == {per_gpu}",
+            whole_share(f"({slices} / g)"),
+            f"string({slices} / g) + {string('/')} + string({per_gpu} / g) + {string(' of a GPU')}",
+        ),
+    )
+
+
+def whole_share(gpus: Expr) -> Expr:
+    """CEL for the text of `gpus` whole GPUs."""
+    plural = expr.if_else(f"{gpus} > 1", string("s"), string(""))
+    return f"string({gpus}) + {string(' GPU')} + {plural}"
+
+
+def _int_keyed(table: dict[int, object]) -> Expr:
+    # Empty when no degree can be chosen: `degree` is then always 0 and never looked up.
+    return "{" + ", ".join(f"{key}: {literal(value)}" for key, value in table.items()) + "}"

@@ -1,0 +1,201 @@
+"""The policies' CEL against the webhook's Python, in the API server's own CEL environment.
+
+No cluster: tests/e2e/kube/celeval evaluates the rendered policies with the
+libraries, version and cost tracking of the pinned kube-apiserver. Far more
+shapes than the end-to-end comparison can afford go through both engines here;
+test_policy_mode.py then shows the API server itself agrees on a corpus.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from castslice.admission import APPLIED, PodAdmission
+from castslice.config import load_config
+from castslice.policymode import render
+from castslice.policymode.manifests import WARNING_SLOTS
+from castslice.policymode.messages import shorten as cel_shorten
+from castslice.registration import pod_match_conditions
+from castslice.slices import shorten
+
+from . import celeval
+from .conftest import missing
+from .policy_shapes import AWKWARD_VALUES, crowded, generated, hand_picked, workloads
+from .test_policy_mode import BACKENDS, CROWDED_CONTAINERS
+from .tools import MissingTool
+
+GENERATED = 250
+GENERATED_WORKLOADS = 100
+# The API server's limit for one CEL expression (k8s.io/apiserver celconfig.PerCallLimit);
+# the policies' whole evaluation must stay far below it.
+PER_CALL_LIMIT = 1_000_000
+
+_POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+NAMESPACES = ("e2e-0123abcd", "pm-0123abcd-prod")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _celeval() -> None:
+    """Build the evaluator first, so a missing Go toolchain is reported like any missing tool."""
+    try:
+        celeval.binary()
+    except MissingTool as error:
+        missing(error)
+
+
+def webhook_result(
+    config: Any, manifest: dict[str, Any], namespace: str
+) -> tuple[Any, list[str], Any]:
+    request = {
+        "uid": "u",
+        "operation": "CREATE",
+        "kind": _POD_KIND,
+        "namespace": namespace,
+        "object": manifest,
+    }
+    response = PodAdmission(config).review(copy.deepcopy(request)).response
+    stored = copy.deepcopy(manifest)
+    if "patch" in response:
+        stored = jsonpatch.apply_patch(stored, json.loads(response["patch"]))
+    return stored, response.get("warnings", []), response.get("auditAnnotations")
+
+
+def as_sent(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects as the API server sends them to a webhook: JSON with map keys sorted."""
+    return json.loads(json.dumps(objects, sort_keys=True))
+
+
+def pod_requests(namespaces: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{"namespace": namespace, "kind": _POD_KIND} for namespace in namespaces]
+
+
+def as_admitted(manifest: dict[str, Any], patch: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The Pod the validating policy sees: mutated, with the request's managedFields.
+
+    The API server records who set which field before mutating admission runs,
+    so a decision record that came with the request is owned by its manager.
+    """
+    admitted = jsonpatch.apply_patch(manifest, patch) if patch else copy.deepcopy(manifest)
+    if APPLIED in (manifest["metadata"].get("annotations") or {}):
+        owned = {"f:metadata": {"f:annotations": {f"f:{APPLIED}": {}}}}
+        admitted["metadata"]["managedFields"] = [
+            {"manager": "kubectl", "operation": "Update", "fieldsV1": owned}
+        ]
+    return admitted
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
+    config = load_config(BACKENDS[backend])
+    mutating, _, validating, *_ = render(config)
+    shapes = as_sent(
+        [*hand_picked(config), *generated(config, GENERATED), crowded(CROWDED_CONTAINERS)]
+    )
+    # As the end-to-end comparison: a namespace the policy's globs enrol, one they exclude.
+    namespaces = [NAMESPACES[index % 2] for index in range(len(shapes))]
+    mutations = celeval.run_policy(mutating, shapes, pod_requests(namespaces))
+    admitted = [
+        as_admitted(shape, run.patch if run.matched else None)
+        for shape, run in zip(shapes, mutations, strict=True)
+    ]
+    validations = celeval.run_policy(validating, admitted, pod_requests(namespaces))
+    # The API server calls the webhook only for what its registration's matchConditions pass.
+    registration = {"spec": {"matchConditions": pod_match_conditions(config)}}
+    called = celeval.run_policy(registration, shapes, pod_requests(namespaces))
+
+    differences = []
+    for shape, admitted_pod, validation, namespace, call in zip(
+        shapes, admitted, validations, namespaces, called, strict=True
+    ):
+        stored, warnings, audit = (
+            webhook_result(config, shape, namespace) if call.matched else (shape, [], None)
+        )
+        admitted_pod["metadata"].pop("managedFields", None)
+        policy = (
+            admitted_pod,
+            (validation.messages or []) if validation.matched else [],
+            validation.audit if validation.matched else None,
+        )
+        if (stored, warnings, audit) != policy:
+            webhook = (stored, warnings, audit)
+            differences.append(f"{shape}\n webhook: {webhook}\n policy:  {policy}")
+    assert not differences, "\n".join(differences[:5])
+    assert sum(run.matched for run in mutations) > len(shapes) // 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_crowded_pod_stays_far_below_the_cel_cost_limit(backend: str) -> None:
+    config = load_config(BACKENDS[backend])
+    mutating, _, validating, *_ = render(config)
+    pod = crowded(CROWDED_CONTAINERS)
+    [mutation] = celeval.run_policy(mutating, [pod], pod_requests(NAMESPACES[:1]))
+    admitted = as_admitted(pod, mutation.patch)
+    [validation] = celeval.run_policy(validating, [admitted], pod_requests(NAMESPACES[:1]))
+    assert len(validation.messages) == WARNING_SLOTS
+    # Summed over every expression of the policy, each being limited on its own.
+    assert mutation.cost < PER_CALL_LIMIT / 10
+    assert validation.cost < PER_CALL_LIMIT / 10
+
+
+def _shortened(values: list[str]) -> list[str]:
+    expression = cel_shorten("value")
+    return [r.value for r in celeval.evaluate_many([(expression, {"value": v}) for v in values])]
+
+
+def test_values_are_shown_exactly_as_the_webhook_shows_them() -> None:
+    values = list(AWKWARD_VALUES)
+    assert _shortened(values) == [shorten(value) for value in values]
+
+
+def test_any_text_is_shown_exactly_as_the_webhook_shows_it() -> None:
+    found: list[str] = []
+
+    @settings(
+        max_examples=500,
+        derandomize=True,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    @given(st.text(max_size=40))
+    def collect(value: str) -> None:
+        found.append(value)
+
+    collect()
+    assert _shortened(found) == [shorten(value) for value in found]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_both_engines_warn_alike_about_workloads(backend: str) -> None:
+    config = load_config(BACKENDS[backend])
+    policy = render(config)[4]
+    objects = as_sent(workloads([*hand_picked(config), *generated(config, GENERATED_WORKLOADS)]))
+    requests = []
+    for index, workload in enumerate(objects):
+        group, _, version = workload["apiVersion"].rpartition("/")
+        kind = {"group": group, "version": version, "kind": workload["kind"]}
+        operation = ("CREATE", "UPDATE")[index % 2]
+        requests.append({"namespace": NAMESPACES[index % 2], "kind": kind, "operation": operation})
+    runs = celeval.run_policy(policy, objects, requests)
+
+    differences = []
+    for workload, request, run in zip(objects, requests, runs, strict=True):
+        # The registration's matchConditions are the policy's: unmatched, no call at all.
+        expected: list[str] = []
+        if run.matched:
+            review = {"uid": "u", **request, "object": copy.deepcopy(workload)}
+            response = PodAdmission(config).review(review).response
+            assert "patch" not in response
+            expected = response.get("warnings", [])
+        if (run.messages or []) != expected:
+            differences.append(f"{workload}\n webhook: {expected}\n policy:  {run.messages}")
+    assert not differences, "\n".join(differences[:5])
+    assert sum(bool(run.messages) for run in runs) > len(runs) // 2

@@ -1,0 +1,271 @@
+"""`castslice policy`: the rendered admission policies and the CEL builders they are made of.
+
+What the policies do on a real API server, against the webhook, is proven in
+tests/e2e/test_policy_mode.py; here: structure, configuration and the text
+each builder writes.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from castslice.admission import _share
+from castslice.backends import backend_for, sharing_degree
+from castslice.cli import main
+from castslice.config import load_config, parse_bounded_int
+from castslice.policymode import NAME, WARNING_PREFIX, expr, render, render_json, render_yaml
+from castslice.policymode.decision import ratio_pattern
+from castslice.policymode.manifests import WARNING_SLOTS
+from castslice.policymode.placement import PlacementCel
+from castslice.registration import webhook_configuration
+
+EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").read_text()
+
+BACKENDS = {
+    "resource": {},
+    "nvidia": {"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2,4"},
+    "gke": {
+        "CASTSLICE_BACKEND": "gke",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_SHARING_DEGREES": "2,4,8",
+    },
+    "enrolment": {"CASTSLICE_POLICY": EXAMPLE_POLICY},
+}
+KINDS = [
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+]
+
+
+def expressions(manifest: dict) -> list[str]:
+    """Every CEL expression in one policy."""
+    spec = manifest["spec"]
+    found = [c["expression"] for c in spec.get("matchConditions", [])]
+    found += [v["expression"] for v in spec.get("variables", [])]
+    found += [m["jsonPatch"]["expression"] for m in spec.get("mutations", [])]
+    for validation in spec.get("validations", []):
+        found += [validation["expression"], validation["messageExpression"]]
+    found += [a["valueExpression"] for a in spec.get("auditAnnotations", [])]
+    return found
+
+
+# --- the rendered objects ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.36.0", "1.37.0"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rendered_objects_match_the_kubernetes_schemas(backend: str, version: str) -> None:
+    objects = render(load_config(BACKENDS[backend]))
+    assert [obj["kind"] for obj in objects] == KINDS
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_policies_never_block_and_match_what_the_webhook_registration_matches(
+    backend: str,
+) -> None:
+    config = load_config(BACKENDS[backend])
+    mutating, mutating_binding, validating, validating_binding, workloads, workload_binding = (
+        render(config)
+    )
+    for policy in (mutating, validating):
+        spec = policy["spec"]
+        assert spec["failurePolicy"] == "Ignore"
+        assert spec["matchConstraints"]["resourceRules"] == [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "*",
+            }
+        ]
+        [excluded] = spec["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+        assert excluded == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-node-lease", "castslice"],
+        }
+    assert mutating["spec"]["reinvocationPolicy"] == "Never"
+    assert [m["patchType"] for m in mutating["spec"]["mutations"]] == ["JSONPatch"]
+    assert mutating_binding["spec"] == {"policyName": NAME}
+    assert validating_binding["spec"] == {
+        "policyName": NAME,
+        "validationActions": ["Warn", "Audit"],
+    }
+    assert len(validating["spec"]["validations"]) == WARNING_SLOTS
+    assert [a["key"] for a in validating["spec"]["auditAnnotations"]] == [
+        "slices",
+        "slice-source",
+        "backend",
+    ]
+    # The webhook registration is the one source of what is reviewed at all.
+    registration = webhook_configuration(config, url="https://castslice.example/")
+    pods, workload_hook = registration["webhooks"]
+    assert (
+        mutating["spec"]["matchConditions"][: len(pods["matchConditions"])]
+        == (pods["matchConditions"])
+    )
+    assert mutating["spec"]["matchConstraints"]["namespaceSelector"] == pods["namespaceSelector"]
+    assert workloads["spec"]["failurePolicy"] == "Ignore"
+    assert workloads["spec"]["matchConditions"] == workload_hook["matchConditions"]
+    assert workloads["spec"]["matchConstraints"]["resourceRules"] == workload_hook["rules"]
+    assert len(workloads["spec"]["validations"]) == WARNING_SLOTS
+    assert workload_binding["spec"] == {
+        "policyName": "workloads.castslice.castops.io",
+        "validationActions": ["Warn", "Audit"],
+    }
+
+
+def test_the_yaml_says_what_policy_mode_lacks_and_parses_to_the_objects() -> None:
+    config = load_config({})
+    text = render_yaml(config)
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    header = "\n".join(comments)
+    assert "Kubernetes 1.36 or later" in header
+    assert "no request log" in header and "no Prometheus metrics" in header
+    assert "workloads.castslice.castops.io for workloads" in header
+    assert WARNING_PREFIX.strip() in header
+    assert "backend=resource" in header and "presets=training=4,inference=2,batch=2,dev=1" in header
+    assert list(yaml.safe_load_all(text)) == render(config)
+    assert yaml.safe_load(render_json(config))["items"] == render(config)
+
+
+def test_castslice_policy_prints_the_rendering_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CASTSLICE_BACKEND", "gke")
+    assert main(["policy"]) == 0
+    assert capsys.readouterr().out == render_yaml(load_config({"CASTSLICE_BACKEND": "gke"}))
+    assert main(["policy", "-o", "json"]) == 0
+    assert capsys.readouterr().out == render_json(load_config({"CASTSLICE_BACKEND": "gke"}))
+
+
+def test_castslice_policy_refuses_an_invalid_setting_by_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CASTSLICE_SHARING_DEGREES", "1")
+    assert main(["policy"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "CASTSLICE_SHARING_DEGREES" in captured.err and "Traceback" not in captured.err
+
+
+def test_names_and_presets_come_from_the_configuration() -> None:
+    config = load_config(
+        {
+            "CASTSLICE_GPU_RESOURCE": "example.com/accel",
+            "CASTSLICE_SHARED_RESOURCE": "example.com/accel-part",
+            "CASTSLICE_PRESETS": "big=7,tiny=1",
+            "CASTSLICE_DEFAULT_SLICES": "3",
+            "CASTSLICE_MAX_SLICE_RATIO": "50",
+        }
+    )
+    text = "\n".join(e for policy in render(config)[::2] for e in expressions(policy))
+    assert "nvidia.com" not in text
+    assert '"example.com/accel"' in text and '"example.com~1accel-part"' not in text
+    assert "/resources/requests/example.com~1accel-part" in text
+    assert '{"big": 7, "tiny": 1}' in text
+    assert "want a whole number 1-50" in text
+    assert "want big|tiny" in text
+    assert ": 3))" in text  # the default slice count
+
+
+# --- the builders ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "cel"),
+    [
+        ("plain", '"plain"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("back\\slash", '"back\\\\slash"'),
+        ("tab\tnew\nline\r", '"tab\\tnew\\nline\\r"'),
+        ("bell\x07del\x7f", '"bell\\x07del\\x7f"'),
+        ("é €", '"é €"'),
+    ],
+)
+def test_string_literals_escape_what_cel_needs(value: str, cel: str) -> None:
+    assert expr.string(value) == cel
+
+
+def test_literals_of_configuration_values() -> None:
+    assert expr.literal({"a/b": 1, "c": [2, "x"]}) == '{"a/b": 1, "c": [2, "x"]}'
+    assert expr.literal(True) == "true"
+    assert expr.literal([]) == "[]"
+    with pytest.raises(TypeError):
+        expr.literal(1.5)
+
+
+def test_small_combinators() -> None:
+    assert expr.if_else("a", "1", "2") == "(a ? 1 : 2)"
+    assert expr.all_of("a", "b") == "(a && b)"
+    assert expr.any_of("a", "b", "c") == "(a || b || c)"
+    assert expr.concat(["[a]"]) == "[a]"
+    assert expr.concat(["[a]", "[b]"]) == "([a] +\n[b])"
+    assert expr.let("x", "f(y)", "x + x") == "[f(y)].map(x, x + x)[0]"
+    assert expr.optional_map("o.?m") == "o.?m.orValue({})"
+    assert expr.variable("slices") == "variables.slices"
+    assert expr.jsonpatch("add", '"/a"', '"1"') == 'JSONPatch{op: "add", path: "/a", value: "1"}'
+    assert expr.jsonpatch("remove", '"/a"') == 'JSONPatch{op: "remove", path: "/a"}'
+    assert expr.clip("m", 10) == '[m].map(t, size(t) <= 10 ? t : t.substring(0, 7) + "...")[0]'
+
+
+@pytest.mark.parametrize("maximum", [1, 9, 10, 1000, 1_000_000])
+@pytest.mark.parametrize(
+    "text", ["1", "0", "00", "007", "9", "10", "11", "1000", "1001", "+1", "1.0", "", " 1", "x"]
+)
+def test_the_slice_ratio_pattern_accepts_what_parse_bounded_int_accepts(
+    maximum: int, text: str
+) -> None:
+    # The pattern bounds the digits; the policy then compares the number with the maximum.
+    matches = re.fullmatch(ratio_pattern(maximum).strip("^$"), text) is not None
+    accepted = matches and int(text) <= maximum
+    assert accepted == (parse_bounded_int(text, maximum) is not None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_placement_values_are_the_backends_own_answers(backend: str) -> None:
+    config = load_config(BACKENDS[backend])
+    placement = PlacementCel(config)
+    real = backend_for(config)
+    # The resource backend has no sharing pools: the count itself is the share.
+    reachable = {sharing_degree(config, s) for s in range(1, config.slices_per_gpu)} - {None}
+    if config.backend == "resource":
+        reachable = set()
+    assert set(placement.sharing) == reachable
+    for degree, answer in placement.sharing.items():
+        assert answer.gpus == Fraction(1, degree)
+        assert answer == real.place(config.slices_per_gpu // degree)
+    assert placement.whole == real.place(config.slices_per_gpu)
+    variables = dict(placement.variables())
+    for degree, answer in placement.sharing.items():
+        assert f'{degree}: "{_share(answer.gpus)}"' in variables["share"]
+    assert (
+        placement.renamed()
+        == {"resource": "true", "nvidia": "variables.degree > 0", "gke": "false"}[config.backend]
+    )
+
+
+def test_a_backend_with_no_reachable_sharing_degree_only_gives_whole_gpus() -> None:
+    config = load_config(
+        {
+            "CASTSLICE_BACKEND": "gke",
+            "CASTSLICE_SLICES_PER_GPU": "2",
+            "CASTSLICE_SHARING_DEGREES": "4",
+        }
+    )
+    placement = PlacementCel(config)
+    assert placement.sharing == {}
+    assert placement.renamed() == "false"
