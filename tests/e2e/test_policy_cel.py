@@ -31,6 +31,9 @@ from .policy_shapes import AWKWARD_VALUES, crowded, generated, hand_picked, work
 from .test_policy_mode import BACKENDS, CROWDED_CONTAINERS
 from .tools import MissingTool
 
+# MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36.
+pytestmark = pytest.mark.kubernetes("1.36")
+
 GENERATED = 250
 GENERATED_WORKLOADS = 100
 # The API server's limit for one CEL expression (k8s.io/apiserver celconfig.PerCallLimit);

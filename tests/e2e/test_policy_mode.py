@@ -4,12 +4,13 @@ For every backend (and one run with an enrolment policy over two namespaces),
 each Pod shape (hand-picked ones, Hypothesis-generated ones and one crowded
 Pod) and a workload of every kind wrapping those Pods are created with a
 server-side dry run twice: once with the webhook registered, once with
-`castslice policy`'s admission policies applied instead. The answers must agree field by field, warnings included. Three rules
-of the API server itself apply to the policy's warnings, and nothing else may
-differ: it puts a fixed prefix before each; it sends at most 4096 characters of
-warnings per response, so a Pod with very many warnings gets fewer of them in
-policy mode; and validating policies run after its own validation of the Pod,
-so a Pod it rejects as invalid gets the rejection without CastSlice's warnings.
+`castslice policy`'s admission policies applied instead. The answers must agree
+field by field, warnings included. Three rules of the API server itself apply
+to the policy's warnings, and nothing else may differ: it puts a fixed prefix
+before each; it sends at most 4096 characters of warnings per response, so a
+Pod with very many warnings gets fewer of them in policy mode; and validating
+policies run after its own validation of the Pod, so a Pod it rejects as
+invalid gets the rejection without CastSlice's warnings.
 
 The policies run here with `failurePolicy: Fail`, so a CEL error or an exceeded
 cost limit rejects the Pod and shows as a difference, instead of passing
@@ -47,6 +48,9 @@ from .pods import Manifest, create_namespace, pod
 from .policy_shapes import crowded, generated, gpu, hand_picked, workload, workloads
 from .registration import deregister_and_wait, register_and_wait
 from .tools import REPO_ROOT
+
+# MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36.
+pytestmark = pytest.mark.kubernetes("1.36")
 
 # An enrolment policy with every kind of rule: an exclusion by glob, a glob with a
 # selector and a preset, In/DoesNotExist with a count, NotIn/Exists without one,
