@@ -2,7 +2,8 @@
 
 The slice resolution decides how many slices a Pod gets, the backend turns
 them into resources and placement, the patch builder writes the operations;
-this module only puts them in order.
+this module only puts them in order. Workloads (Deployment, Job…) only get
+warnings, from the same decision on the Pod their template would produce.
 """
 
 from __future__ import annotations
@@ -14,21 +15,25 @@ import msgspec
 
 from .backends import Backend, Placement, backend_for
 from .config import Config
-from .kube import Pod
+from .enrolment import by_annotation, decide
+from .kube import Pod, PodSpec
 from .patch import (
     GpuContainer,
     PatchOperation,
+    absent_labels_operations,
     annotation_operations,
     asked_quantity,
     gpu_containers,
     node_selector_operations,
+    required_node_terms,
     resource_operations,
 )
-from .review import AdmissionRequest, AdmissionResponse, allowed, patched
-from .slices import clip, is_mirror_pod, is_opted_in, resolve_slices, shorten
+from .review import POD_KIND, AdmissionRequest, AdmissionResponse, allowed, patched
+from .slices import clip, is_mirror_pod, resolve_slices, shorten
+from .workloads import check_workload, template_path
 
 APPLIED = "castslice.castops.io/applied"
-_POD = {"group": "", "version": "v1", "kind": "Pod"}
+_POD = POD_KIND
 _record_encoder = msgspec.json.Encoder()
 
 
@@ -43,6 +48,8 @@ class Outcome(msgspec.Struct, frozen=True):
     source: str | None = None
     backend: str | None = None
     containers_changed: int = 0
+    # What was reviewed, for the log line: "pod", or a workload's kind ("deployment").
+    subject: str = "pod"
 
 
 class PodAdmission:
@@ -53,17 +60,38 @@ class PodAdmission:
         self.backend: Backend = backend_for(config)
 
     def review(self, request: AdmissionRequest) -> Outcome:
-        """Never denies; patches only opted-in Pods being created."""
+        """Never denies; patches only opted-in Pods being created, never a workload."""
+        kind = request.get("kind")
+        if kind is not None and kind.get("kind") != "Pod" and template_path(kind):
+            return self._review_workload(request)
         uid = request["uid"]
         pod: Pod = request.get("object") or {}
         metadata = pod.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
-        reason = _skip_reason(request, annotations)
         config, backend = self.config, self.backend
+        reason = _not_a_pod_create(request)
+        rule = source = None
+        if reason is None:
+            policy = config.policy
+            # Without a policy the namespace and labels are never read.
+            enrolment = (
+                by_annotation(annotations)
+                if policy is None
+                else decide(
+                    policy,
+                    annotations,
+                    request.get("namespace") or metadata.get("namespace") or "",
+                    metadata.get("labels") or {},
+                )
+            )
+            rule, reason = enrolment.rule, enrolment.reason
+            if reason is not None and rule is not None:
+                source = rule.source  # the rule that excluded the Pod
+            reason = reason or _excluded(annotations)
         if reason:
-            return Outcome(allowed(uid), "skipped", reason, backend=backend.name)
+            return Outcome(allowed(uid), "skipped", reason, source=source, backend=backend.name)
 
-        decision = resolve_slices(annotations, config)
+        decision = resolve_slices(annotations, config, rule.decision if rule else None)
         warnings = list(decision.warnings)
         spec = pod.get("spec") or {}
         containers = gpu_containers(spec, config.gpu_resource)
@@ -76,12 +104,9 @@ class PodAdmission:
             )
         outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
 
-        selector = spec.get("nodeSelector") or {}
-        hand_placed = [key for key in backend.placement_keys if key in selector]
+        hand_placed = _hand_placed(spec, backend.placement_keys)
         if hand_placed:
-            warnings.append(
-                clip(f"nodeSelector {hand_placed[0]} set by hand; castslice left the Pod unchanged")
-            )
+            warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
             return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
 
         placement = backend.place(decision.slices)
@@ -97,6 +122,7 @@ class PodAdmission:
                 container, config.gpu_resource, placement.resource, placement.quantity
             )
         operations += node_selector_operations(spec, placement.node_selector)
+        operations += absent_labels_operations(spec, placement.absent_node_labels)
         record = _record_encoder.encode({**outcome, "original": original}).decode()
         operations += annotation_operations(metadata, {APPLIED: record})
         audit = {
@@ -111,18 +137,47 @@ class PodAdmission:
             **outcome,
         )
 
+    def _review_workload(self, request: AdmissionRequest) -> Outcome:
+        """Warnings only: what stops the workload's Pods from being sliced as it asks."""
+        check = check_workload(request, self.review, self.config.gpu_resource)
+        pods = check.pods
+        return Outcome(
+            allowed(request["uid"], check.warnings),
+            "warned" if check.warnings else "checked",
+            check.reason,
+            slices=pods.slices if pods else None,
+            source=pods.source if pods else None,
+            backend=self.backend.name,
+            subject=(request.get("kind") or {}).get("kind", "").lower(),
+        )
 
-def _skip_reason(request: AdmissionRequest, annotations: Mapping[str, str]) -> str | None:
+
+def _not_a_pod_create(request: AdmissionRequest) -> str | None:
     if request.get("operation") != "CREATE":
         return "not a CREATE"
     if request.get("kind") != _POD or request.get("subResource"):
         return "not a core/v1 Pod"
-    if not is_opted_in(annotations):
-        return "not opted in"
+    return None
+
+
+def _excluded(annotations: Mapping[str, str]) -> str | None:
     if is_mirror_pod(annotations):
         return "mirror pod"
     if APPLIED in annotations:
         return "already applied"
+    return None
+
+
+def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
+    """Where the Pod already names one of the backend's placement labels, if it does."""
+    selector = spec.get("nodeSelector") or {}
+    for key in keys:
+        if key in selector:
+            return f"nodeSelector {key}"
+    for term in required_node_terms(spec):
+        for expression in term.get("matchExpressions") or ():
+            if expression.get("key") in keys:
+                return f"node affinity on {expression['key']}"
     return None
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .enrolment import Policy
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
 SHARING_STRATEGIES = ("time-slicing", "mps")
@@ -16,6 +20,8 @@ MAX_SHARING_DEGREE = 1000
 MAX_SLICE_RATIO_CEILING = 1_000_000
 # A token shorter than this can be guessed; it is the only thing keeping the URL private.
 MIN_PATH_TOKEN_LENGTH = 16
+# Set by Cloud Run (services, functions, jobs) and Knative Serving, whose URLs are public.
+_SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RUN_JOB")
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -41,6 +47,10 @@ class Config:
     slices_per_gpu: int = 4
     sharing_degrees: tuple[int, ...] = (4,)
     sharing_strategy: str = "time-slicing"
+    # The enrolment policy (CASTSLICE_POLICY or CASTSLICE_POLICY_FILE); None: annotations only.
+    policy: Policy | None = None
+    metrics: bool = False
+    metrics_port: int = 9090
 
     def __post_init__(self) -> None:
         if not self.shared_resource:
@@ -72,10 +82,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
     max_ratio = _positive_int(
         environ, "CASTSLICE_MAX_SLICE_RATIO", Config.max_slice_ratio, MAX_SLICE_RATIO_CEILING
     )
+    presets = _presets(environ, max_ratio)
     return Config(
         shared_resource=shared,
         gpu_resource=gpu,
-        presets=_presets(environ, max_ratio),
+        presets=presets,
         default_slices=_positive_int(
             environ, "CASTSLICE_DEFAULT_SLICES", Config.default_slices, max_ratio
         ),
@@ -89,6 +100,9 @@ def load_config(environ: Mapping[str, str]) -> Config:
         sharing_strategy=_choice(
             environ, "CASTSLICE_SHARING_STRATEGY", Config.sharing_strategy, SHARING_STRATEGIES
         ),
+        policy=_policy(environ, presets, max_ratio),
+        metrics=_metrics(environ),
+        metrics_port=_positive_int(environ, "CASTSLICE_METRICS_PORT", Config.metrics_port, 65535),
     )
 
 
@@ -205,6 +219,31 @@ def _sharing_degrees(environ: Mapping[str, str]) -> tuple[int, ...]:
     return tuple(sorted(degrees))
 
 
+def _policy(
+    environ: Mapping[str, str], presets: Mapping[str, int], max_ratio: int
+) -> Policy | None:
+    from .enrolment import PolicyError, load_policy, read_policy_file
+
+    inline = _value(environ, "CASTSLICE_POLICY")
+    path = _value(environ, "CASTSLICE_POLICY_FILE")
+    if inline is not None and path is not None:
+        raise ConfigError("CASTSLICE_POLICY and CASTSLICE_POLICY_FILE are both set; set one")
+    if path is not None:
+        origin = f"CASTSLICE_POLICY_FILE ({path})"
+        try:
+            text = read_policy_file(path)
+        except PolicyError as error:  # it names the path
+            raise ConfigError(f"CASTSLICE_POLICY_FILE: {error}") from None
+    elif inline is not None:
+        origin, text = "CASTSLICE_POLICY", inline
+    else:
+        return None
+    try:
+        return load_policy(text, presets, max_ratio, origin=origin)
+    except PolicyError as error:
+        raise ConfigError(str(error)) from None
+
+
 def _path_token(environ: Mapping[str, str]) -> str | None:
     name = "CASTSLICE_PATH_TOKEN"
     value = _value(environ, name)
@@ -216,3 +255,20 @@ def _path_token(environ: Mapping[str, str]) -> str | None:
             "A-Z a-z 0-9 . _ ~ - (it is the last segment of the webhook URL)"
         )
     return value
+
+
+def _metrics(environ: Mapping[str, str]) -> bool:
+    name = "CASTSLICE_METRICS"
+    value = _value(environ, name)
+    if value is None or value.strip().lower() == "false":
+        return False
+    if value.strip().lower() != "true":
+        raise ConfigError(f"{name}={value!r} must be true or false")
+    platform = next((variable for variable in _SERVERLESS_VARIABLES if variable in environ), None)
+    if platform is not None:
+        raise ConfigError(
+            f"{name}=true is refused on Cloud Run and Knative ({platform} is set): the "
+            "service's URL is public there and Prometheus metrics are for a cluster's own "
+            "Prometheus; use the log-based metrics instead"
+        )
+    return True

@@ -6,7 +6,7 @@ Pure functions on plain data; no HTTP, no AdmissionReview.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from .config import Config, parse_bounded_int
 
@@ -19,7 +19,10 @@ MIRROR = "kubernetes.io/config.mirror"
 MAX_WARNING_LENGTH = 120
 _MAX_VALUE_LENGTH = 20
 
-SliceSource = Literal["slice-ratio", "workload-type", "default"]
+# "slice-ratio", "workload-type", "default", or "policy:<rule name>" when a rule of
+# the enrolment policy gave the count.
+SliceSource = str
+POLICY_SOURCE_PREFIX = "policy:"
 
 
 class SliceDecision(NamedTuple):
@@ -37,8 +40,11 @@ def is_mirror_pod(annotations: Mapping[str, str]) -> bool:
     return MIRROR in annotations
 
 
-def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecision:
-    """Apply `slice-ratio` → `workload-type` → default, warning about each invalid value."""
+def resolve_slices(
+    annotations: Mapping[str, str], config: Config, fallback: SliceDecision | None = None
+) -> SliceDecision:
+    """Apply `slice-ratio` → `workload-type` → `fallback` (an enrolment rule's count) → the
+    default, warning about each invalid value."""
     problems: list[tuple[str, str, str]] = []
 
     ratio = annotations.get(SLICE_RATIO)
@@ -53,7 +59,7 @@ def resolve_slices(annotations: Mapping[str, str], config: Config) -> SliceDecis
     if preset is not None:
         decision = SliceDecision(preset, "workload-type")
     else:
-        decision = SliceDecision(config.default_slices, "default")
+        decision = fallback or SliceDecision(config.default_slices, "default")
         if workload_type is not None:
             problems.append((WORKLOAD_TYPE, workload_type, _known_types(config)))
     if not problems:
@@ -80,6 +86,9 @@ def _describe(decision: SliceDecision) -> str:
     unit = "slice" if decision.slices == 1 else "slices"
     if decision.source == "workload-type":
         return f"{decision.slices} {unit} from workload-type"
+    if decision.source.startswith(POLICY_SOURCE_PREFIX):
+        rule = decision.source.removeprefix(POLICY_SOURCE_PREFIX)
+        return f"{decision.slices} {unit} from rule {shorten(rule)}"
     return f"the default of {decision.slices} {unit}"
 
 

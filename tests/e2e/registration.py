@@ -1,55 +1,54 @@
-"""Registering CastSlice with the API server from the project's one webhook configuration.
+"""Registering CastSlice with the API server, as `castslice webhook` generates it.
 
-The settings come from infra/webhook/mutatingwebhookconfiguration.yaml as
-shipped; only `clientConfig` is replaced, exactly as every deployment does.
+The configuration is castslice.registration's output for the server's own
+settings (its policy included), with the server's URL and CA: the generator
+that also wrote infra/webhook/mutatingwebhookconfiguration.yaml.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
 import uuid
-from functools import cache
 from typing import Any
 
 import kubernetes.client
-import yaml
+
+from castslice.config import Config, load_config
+from castslice.registration import DEFAULT_NAME, POD_WEBHOOK, webhook_configuration
 
 from ..procs import wait_until
 from .castslice_server import CastSliceServer
-from .pods import GPU, SHARED, container, create_pod, opted_in, pod, resources_of
-from .tools import REPO_ROOT
+from .pods import GPU, container, create_pod, opted_in, pod
 
-CONFIGURATION_FILE = REPO_ROOT / "infra" / "webhook" / "mutatingwebhookconfiguration.yaml"
+# The decision record every rewritten Pod carries, whatever the backend.
+APPLIED = "castslice.castops.io/applied"
 # The API server watches webhook configurations; a change is live within moments.
 _PROPAGATION_TIMEOUT = 30.0
 
 
-@cache
-def shipped_configuration() -> dict[str, Any]:
-    with open(CONFIGURATION_FILE) as stream:
-        return yaml.safe_load(stream)
+def webhook_settings(config: Config | None = None) -> dict[str, Any]:
+    """The Pod webhook of the generated configuration (timeoutSeconds, selectors...)."""
+    document = configuration_for("https://castslice.invalid/", b"", config)
+    return next(hook for hook in document["webhooks"] if hook["name"] == POD_WEBHOOK)
 
 
-def webhook_settings() -> dict[str, Any]:
-    """The one webhook entry of the shipped configuration (timeoutSeconds, selectors...)."""
-    return copy.deepcopy(shipped_configuration()["webhooks"][0])
+def configuration_for(url: str, ca_pem: bytes, config: Config | None = None) -> dict[str, Any]:
+    """The generated configuration for `config` (the defaults without one): both webhooks
+    call `url` and trust `ca_pem`."""
+    settings = config if config is not None else load_config({})
+    return webhook_configuration(settings, url=url, ca_bundle=ca_pem or None)
 
 
-def configuration_for(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """The shipped configuration with `clientConfig` pointing at `url`, trusting `ca_pem`."""
-    document = copy.deepcopy(shipped_configuration())
-    document["webhooks"][0]["clientConfig"] = {
-        "url": url,
-        "caBundle": base64.b64encode(ca_pem).decode("ascii"),
-    }
-    return document
+def config_of(server: CastSliceServer) -> Config:
+    """The configuration `server` runs with, from the same CASTSLICE_* settings."""
+    return load_config(server.settings)
 
 
-def register(api: kubernetes.client.ApiClient, url: str, ca_pem: bytes) -> None:
-    """Create the configuration, or replace the one already there, pointing at `url`."""
+def register(
+    api: kubernetes.client.ApiClient, url: str, ca_pem: bytes, config: Config | None = None
+) -> None:
+    """Create the configuration for `config`, or replace the one already there, calling `url`."""
     admission = kubernetes.client.AdmissionregistrationV1Api(api)
-    document = configuration_for(url, ca_pem)
+    document = configuration_for(url, ca_pem, config)
     name = document["metadata"]["name"]
     try:
         current = admission.read_mutating_webhook_configuration(name)
@@ -65,7 +64,7 @@ def register(api: kubernetes.client.ApiClient, url: str, ca_pem: bytes) -> None:
 def deregister(api: kubernetes.client.ApiClient) -> None:
     admission = kubernetes.client.AdmissionregistrationV1Api(api)
     try:
-        admission.delete_mutating_webhook_configuration(shipped_configuration()["metadata"]["name"])
+        admission.delete_mutating_webhook_configuration(DEFAULT_NAME)
     except kubernetes.client.ApiException as error:
         if error.status != 404:
             raise
@@ -77,7 +76,8 @@ def probe_is_mutated(api: kubernetes.client.ApiClient, name: str, namespace: str
         name, [container("probe", limits={GPU: "1"})], annotations=opted_in(workload_type="dev")
     )
     answered, _ = create_pod(api, namespace, probe, dry_run=True)
-    return SHARED in resources_of(answered)["probe"].get("limits", {})
+    # Every backend's rewrite carries the decision record; the resources differ per backend.
+    return APPLIED in answered["metadata"].get("annotations", {})
 
 
 def register_and_wait(
@@ -91,7 +91,7 @@ def register_and_wait(
     Proof: a dry-run probe Pod comes back rewritten and `server`'s own log names
     it, so the previous registration (another server, another path) is gone.
     """
-    register(api, server.url(path), server.ca_pem)
+    register(api, server.url(path), server.ca_pem, config_of(server))
     wait_until(
         lambda: serves_pods(api, server, namespace),
         timeout=_PROPAGATION_TIMEOUT,
