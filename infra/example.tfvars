@@ -28,14 +28,17 @@ slices_per_gpu   = 4
 sharing_degrees  = [2, 4]
 sharing_strategy = "time-slicing"
 
-# Namespaces and labelled workloads enrolled without annotating each Pod.
-policy = <<-EOT
-  rules:
-    - name: research namespaces share by default
-      namespaces: [research, "team-*"]
-      optimize: true
-      workloadType: dev
-EOT
+# Namespaces and labelled workloads enrolled without annotating each Pod. The
+# registration must come from the same policy, or the plan stops:
+#   castslice webhook --url https://castslice.invalid/ --policy policy.yaml > policy-webhook.yaml
+# policy = <<-EOT
+#   rules:
+#     - name: research namespaces share by default
+#       namespaces: [research, "team-*"]
+#       optimize: true
+#       workloadType: dev
+# EOT
+# webhook_configuration_file = "policy-webhook.yaml"
 
 castslice_env = {
   CASTSLICE_PRESETS = "training=4,inference=2,batch=2,dev=1"

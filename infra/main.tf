@@ -15,7 +15,17 @@ provider "kubernetes" {
 }
 
 locals {
-  webhook_settings = yamldecode(file("${path.module}/webhook/mutatingwebhookconfiguration.yaml"))
+  webhook_settings = yamldecode(file(coalesce(
+    var.webhook_configuration_file, "${path.module}/webhook/mutatingwebhookconfiguration.yaml"
+  )))
+
+  # `castslice webhook --policy FILE` records the policy its matchConditions were
+  # generated from; the service must run the same one, or enrolled Pods never reach it.
+  registration_policy = try(
+    jsonencode(jsondecode(local.webhook_settings.metadata.annotations["castslice.castops.io/policy"]).rules),
+    jsonencode([]),
+  )
+  service_policy = var.policy == null ? jsonencode([]) : jsonencode(yamldecode(var.policy).rules)
 
   # The service URL plus the token as the last path segment: CastSlice answers a
   # review only on that path (CASTSLICE_PATH_TOKEN). https, no query, no fragment.
@@ -211,6 +221,13 @@ resource "google_cloud_run_v2_service" "castslice" {
 # show it: no output of this module refers to it.
 resource "kubernetes_manifest" "webhook" {
   manifest = local.webhook_manifest
+
+  lifecycle {
+    precondition {
+      condition     = local.registration_policy == local.service_policy
+      error_message = "The webhook registration was generated from another enrolment policy than var.policy; regenerate it from the same policy: castslice webhook --url https://castslice.invalid/ --policy POLICY_FILE > webhook/mutatingwebhookconfiguration.yaml (or set webhook_configuration_file to its output)."
+    }
+  }
 }
 
 # Optional: what the Cloud Build service account needs to run cloudbuild.yaml,

@@ -217,8 +217,19 @@ variable "sharing_strategy" {
   }
 }
 
+variable "webhook_configuration_file" {
+  description = "The MutatingWebhookConfiguration to register, as `castslice webhook` prints it; null: the shipped webhook/mutatingwebhookconfiguration.yaml. Only metadata.name and each clientConfig are replaced. With a policy, generate it from the same policy (castslice webhook --url https://castslice.invalid/ --policy FILE): a plan stops when the two differ."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.webhook_configuration_file == null || try(yamldecode(file(var.webhook_configuration_file)).kind == "MutatingWebhookConfiguration", false)
+    error_message = "webhook_configuration_file must name a readable YAML file holding a MutatingWebhookConfiguration, as `castslice webhook` prints it."
+  }
+}
+
 variable "policy" {
-  description = "Enrolment policy, inline YAML or JSON (CASTSLICE_POLICY): rules that opt whole namespaces or labelled workloads in or out. null: annotations only. The shipped registration sends only Pods annotated castops.io/optimize: \"true\" to the service; for rules that enrol Pods without it, generate webhook/mutatingwebhookconfiguration.yaml from the same policy: castslice webhook --url https://castslice.invalid/ --policy FILE."
+  description = "Enrolment policy, inline YAML or JSON (CASTSLICE_POLICY): rules that opt whole namespaces or labelled workloads in or out. null: annotations only. The registration (webhook_configuration_file) must be generated from the same policy: castslice webhook --url https://castslice.invalid/ --policy FILE; a plan stops when they differ."
   type        = string
   default     = null
 

@@ -291,5 +291,15 @@ def test_the_service_gets_the_backend_settings_and_the_policy() -> None:
 def test_the_registration_is_named_by_a_variable() -> None:
     assert VARIABLES["webhook_name"]["default"] == "castslice"
     assert "var.webhook_name" in LOCAL["webhook_manifest"]
-    shared_file = 'file("${path.module}/webhook/mutatingwebhookconfiguration.yaml")'
-    assert shared_file in LOCAL["webhook_settings"]
+    shared_file = '"${path.module}/webhook/mutatingwebhookconfiguration.yaml"'
+    assert (
+        f"file(coalesce(var.webhook_configuration_file, {shared_file}))"
+        in LOCAL["webhook_settings"]
+    )
+
+
+def test_a_plan_stops_when_registration_and_service_policy_differ() -> None:
+    webhook = RESOURCES["kubernetes_manifest"]["webhook"]
+    (precondition,) = webhook["lifecycle"][0]["precondition"]
+    assert precondition["condition"] == ("${local.registration_policy == local.service_policy}")
+    assert "castslice webhook" in precondition["error_message"]

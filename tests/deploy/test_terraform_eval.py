@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def variables_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def locals_module(tmp_path_factory: pytest.TempPathFactory) -> Locals:
     return Locals(
         tmp_path_factory.mktemp("locals"),
-        ["webhook_manifest", "container_env"],
+        ["webhook_manifest", "container_env", "registration_policy", "service_policy"],
         outputs=["check_command", "smoke_test_command", "webhook_configuration_name"],
     )
 
@@ -178,8 +179,6 @@ def test_the_default_settings_are_the_applications_defaults(locals_module: Local
 
 def test_the_service_gets_the_settings_of_example_tfvars(locals_module: Locals) -> None:
     env = locals_module.evaluate(EXAMPLE)["container_env"]
-    policy = env.pop("CASTSLICE_POLICY")
-    assert policy.startswith("rules:\n  - name: research namespaces share by default\n")
     assert env == {
         "CASTSLICE_BACKEND": "gke",
         "CASTSLICE_SLICES_PER_GPU": "4",
@@ -194,6 +193,44 @@ def test_the_service_gets_the_settings_of_example_tfvars(locals_module: Locals) 
         "sharing_degrees": (2, 4),
         "sharing_strategy": "time-slicing",
     }
+
+
+POLICY = """\
+rules:
+  - name: research
+    namespaces: [research, "team-*"]
+    optimize: true
+    workloadType: dev
+"""
+
+
+def test_the_registration_and_the_service_get_one_policy(
+    locals_module: Locals, tmp_path: Path
+) -> None:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    generated = subprocess.run(
+        [
+            *(sys.executable, "-m", "castslice", "webhook"),
+            *("--url", "https://castslice.invalid/", "--policy", str(tmp_path / "policy.yaml")),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (tmp_path / "webhook.yaml").write_text(generated)
+    matched = locals_module.evaluate(
+        *variable_args(webhook_configuration_file=str(tmp_path / "webhook.yaml")),
+        f"-var=policy={POLICY}",
+    )
+    assert matched["container_env"]["CASTSLICE_POLICY"] == POLICY
+    assert matched["registration_policy"] == matched["service_policy"]
+    conditions = {c["name"] for c in matched["webhook_manifest"]["webhooks"][0]["matchConditions"]}
+    assert "opted-in-or-enrolled" in conditions
+    # The shipped registration knows no policy: the plan's precondition stops it.
+    stale = locals_module.evaluate(*variable_args(), f"-var=policy={POLICY}")
+    assert stale["registration_policy"] != stale["service_policy"]
+    unset = locals_module.evaluate(*variable_args())
+    assert unset["registration_policy"] == unset["service_policy"]
 
 
 def test_non_default_settings_reach_the_application(locals_module: Locals) -> None:

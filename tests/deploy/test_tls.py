@@ -333,7 +333,7 @@ def test_only_intended_names_are_read_as_gunicorn_settings() -> None:
     known = {setting.name for setting in gunicorn.config.KNOWN_SETTINGS}
     settings = set(vars(castslice.tls)) & known
     assert settings == {
-        "wsgi_app", "bind", "worker_class", "workers", "threads", "timeout",
+        "wsgi_app", "preload_app", "bind", "worker_class", "workers", "threads", "timeout",
         "graceful_timeout", "certfile", "keyfile", "control_socket_disable", "loglevel",
         "ssl_context",
     }  # fmt: skip
