@@ -14,6 +14,7 @@ import os
 import shutil
 import ssl
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -254,8 +255,16 @@ class LocalControlPlane:
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
+        base = f"https://127.0.0.1:{port}"
         return lambda: wait_until(
-            lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", insecure),
+            # Older releases have no /readyz (404): their /healthz is the best there is.
+            lambda: (
+                _http_ok(f"{base}/readyz", insecure)
+                or (
+                    _http_status(f"{base}/readyz", insecure) == 404
+                    and _http_ok(f"{base}/healthz", insecure)
+                )
+            ),
             timeout=_START_TIMEOUT,
             what="kube-scheduler /readyz",
             interval=0.25,
@@ -340,6 +349,16 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
             return response.status == 200
     except OSError:  # refused, TLS not up yet, or an HTTP error status
         return False
+
+
+def _http_status(url: str, context: ssl.SSLContext | None = None) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
 
 
 def _service_account_exists(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> bool:
