@@ -3,6 +3,7 @@ relative link in the README and docs/ leads somewhere."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -117,3 +118,20 @@ def test_a_broken_link_is_reported(tmp_path: Path) -> None:
 def test_the_readme_links_every_page_of_the_docs() -> None:
     linked = {target.partition("#")[0] for target in _LINK.findall(prose(README))}
     assert {f"docs/{page.name}" for page in PAGES[1:]} <= linked
+
+
+def test_preview_example_prints_what_the_readme_shows() -> None:
+    command, shown = re.search(
+        r"## Check before you deploy.*?```sh\n(.*?)```\n\n```diff\n(.*?)```", README, re.S
+    ).groups()
+    environment, _, arguments = command.replace("\\\n", " ").partition("castslice preview")
+    settings = dict(word.split("=", 1) for word in environment.split())
+    printed = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", *arguments.split()],
+        cwd=ROOT,
+        env={**os.environ, **settings},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert printed.stdout + printed.stderr == shown
