@@ -1,7 +1,7 @@
 """`castslice`, the command line: one module per command, the same code as the function.
 
-Each command module has `HELP` (one line), `add_arguments(parser)` and
-`run(args) -> int`. Exit codes: 0 success, 1 a check or `--strict` found a
+Each command module has `add_arguments(parser)` and `run(args) -> int`; its
+one-line help stands in COMMANDS. Exit codes: 0 success, 1 a check or `--strict` found a
 problem, 2 bad input or usage, as documented in the README.
 """
 
@@ -16,13 +16,16 @@ from collections.abc import Sequence
 from .. import __version__
 from ..config import ConfigError
 
-# Command name -> module in this package; imported only when run, so
-# `castslice preview` never pays for the Kubernetes client `doctor` needs.
+# Command (and module in this package) -> its help. Only the module of the command
+# being run is imported, so `castslice preview` never loads the Kubernetes client.
 COMMANDS = {
-    "preview": "preview",
-    "webhook": "webhook",
-    "policy": "policy",
-    "doctor": "doctor",
+    "preview": "show manifests as CastSlice would leave the Pods they create (offline)",
+    "webhook": "print the MutatingWebhookConfiguration (YAML) that registers CastSlice for a "
+    "URL or a Service, with matchConditions generated from the enrolment policy",
+    "policy": "print a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy (with bindings) "
+    "that do what the webhook does, for clusters on Kubernetes 1.36+",
+    "doctor": "check a live installation: registration, endpoint, a dry-run Pod, nodes, "
+    "Pending Pods, quotas and fail-open calls (read-only)",
 }
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
@@ -40,20 +43,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"castslice {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = {}
-    for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"{__name__}.{module_name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{module_name}":
-                raise
-            continue
-        modules[name] = module
-        command = commands.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(command)
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((word for word in arguments if not word.startswith("-")), None)
+    module = None
+    for name, help_text in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            module = importlib.import_module(f"{__name__}.{name}")
+            module.add_arguments(command)
+    args = parser.parse_args(arguments)
     try:
-        return modules[args.command].run(args)
+        return module.run(args)
     except ConfigError as error:
         print(f"castslice: invalid configuration: {error}", file=sys.stderr)
         return EXIT_USAGE

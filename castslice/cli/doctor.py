@@ -22,10 +22,6 @@ from ..doctor.report import Result, summary, symbols_for, text_line, to_json
 from ..registration import RegistrationError
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 
-HELP = (
-    "check a live installation: registration, endpoint, a dry-run Pod, nodes, Pending Pods, "
-    "quotas and fail-open calls (read-only)"
-)
 _DEFAULT_TIMEOUT = 10.0
 
 

@@ -9,11 +9,6 @@ import sys
 from ..config import load_config
 from ..policymode import render_json, render_yaml
 
-HELP = (
-    "print a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy (with bindings) that do "
-    "what the webhook does, for clusters on Kubernetes 1.36+"
-)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -33,7 +33,6 @@ from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review
 from ..workloads import pod_template, template_path, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 
-HELP = "show manifests as CastSlice would leave the Pods they create (offline)"
 DEFAULT_NAMESPACE = "default"
 _UID = "castslice-preview"
 _OBJECT_PATH = re.compile(r"\$\.request\.object\.?")

@@ -28,11 +28,6 @@ from . import EXIT_OK, CommandError
 # matchConditions test for).
 _SHAPING_VARIABLES = ("CASTSLICE_POLICY", "CASTSLICE_POLICY_FILE", "CASTSLICE_GPU_RESOURCE")
 
-HELP = (
-    "print the MutatingWebhookConfiguration (YAML) that registers CastSlice for a URL or a "
-    "Service, with matchConditions generated from the enrolment policy"
-)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
