@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import kubernetes.client
 import pytest
 
@@ -68,7 +70,11 @@ def test_opted_in_pod_is_stored_with_shared_slices(
     stored, control = create_with_control(api, namespace, "gpu", annotations, [gpu_container()])
 
     assert stored["spec"] == with_resources(control["spec"], {"app": shared(slices, cpu="100m")})
-    assert stored["metadata"]["annotations"] == annotations
+    record = {"slices": slices, "source": source, "backend": "resource", "original": {"app": "1"}}
+    assert stored["metadata"]["annotations"] == {
+        **annotations,
+        "castslice.castops.io/applied": json.dumps(record, separators=(",", ":")),
+    }
     [review] = castslice.reviews_of(namespace, "gpu")
     assert (review["namespace"], review["decision"], review["slices"], review["source"]) == (
         namespace,
