@@ -2,6 +2,8 @@ module github.com/castops/castslice/tests/e2e/kube/oldest
 
 go 1.22.0
 
+require k8s.io/kubernetes v1.30.14
+
 replace k8s.io/api => k8s.io/api v0.30.14
 
 replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.30.14
@@ -216,7 +218,6 @@ require (
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.30.14 // indirect
-	k8s.io/kubernetes v1.30.14 // indirect
 	k8s.io/legacy-cloud-providers v0.0.0 // indirect
 	k8s.io/metrics v0.30.14 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
