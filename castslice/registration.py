@@ -17,11 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from . import cel
 from .config import MIN_PATH_TOKEN_LENGTH, Config
 from .enrolment import NamespacePattern, Policy, Requirement, Rule, glob_regex
+from .manifests import dump_yaml
 from .patch import CONTAINER_LISTS
 from .slices import MIRROR, OPTIMIZE
 
@@ -115,20 +114,25 @@ def pod_webhook(config: Config, client: Manifest, namespaces: Manifest) -> Manif
     }
 
 
+def workload_rules() -> list[Manifest]:
+    """CREATE and UPDATE of every workload kind that has a Pod template."""
+    return [
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "resources": list(resources),
+            "scope": "Namespaced",
+        }
+        for (group, version), resources in WORKLOAD_RESOURCES.items()
+    ]
+
+
 def workload_webhook(client: Manifest, namespaces: Manifest) -> Manifest:
     return {
         "name": WORKLOAD_WEBHOOK,
         **_common_settings(client),
-        "rules": [
-            {
-                "operations": ["CREATE", "UPDATE"],
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "resources": list(resources),
-                "scope": "Namespaced",
-            }
-            for (group, version), resources in WORKLOAD_RESOURCES.items()
-        ],
+        "rules": workload_rules(),
         "namespaceSelector": namespaces,
         "matchConditions": [_condition("castslice-annotations", carries_castslice_annotations())],
     }
@@ -393,25 +397,4 @@ def carries_castslice_annotations() -> str:
 def to_yaml(document: Manifest, header: Sequence[str] = ()) -> str:
     """`document` as YAML, multi-line expressions as literal blocks, after `header` comments."""
     comments = "".join(f"# {line}\n" if line else "#\n" for line in header)
-    return comments + yaml.dump(
-        # Wide enough that no expression or recorded policy is folded over lines.
-        document,
-        Dumper=_Dumper,
-        sort_keys=False,
-        default_flow_style=False,
-        width=1 << 16,
-    )
-
-
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
-        # Anchors and aliases read badly and some consumers (Terraform) reject them.
-        return True
-
-
-def _represent_string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _represent_string)
+    return comments + dump_yaml(document)

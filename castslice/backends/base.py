@@ -43,3 +43,29 @@ def sharing_degree(config: Config, slices: int) -> int | None:
 
 def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
+
+
+class SharingPoolBackend:
+    """A backend with node pools that share each GPU among a fixed number of clients.
+
+    A fractional share goes to the pool found by `sharing_degree`; a share that
+    no pool fits gets whole GPUs. Subclasses say what each looks like.
+    """
+
+    name: str
+    placement_keys: tuple[str, ...]
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def place(self, slices: int) -> Placement:
+        degree = sharing_degree(self.config, slices)
+        if degree is None:
+            return self.whole(whole_gpus(self.config, slices))
+        return self.shared(degree)
+
+    def shared(self, degree: int) -> Placement:
+        raise NotImplementedError
+
+    def whole(self, gpus: int) -> Placement:
+        raise NotImplementedError

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config import Config
-from .base import Placement, sharing_degree, whole_gpus
+from .base import Placement, SharingPoolBackend
 
 STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
@@ -17,23 +16,18 @@ MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 _GKE_STRATEGY = {"time-slicing": "time-sharing", "mps": "mps"}
 
 
-class GkeBackend:
+class GkeBackend(SharingPoolBackend):
     name = "gke"
     placement_keys = (STRATEGY, MAX_CLIENTS)
 
-    def __init__(self, config: Config) -> None:
-        self._config = config
-
-    def place(self, slices: int) -> Placement:
-        config = self._config
-        degree = sharing_degree(config, slices)
-        if degree is None:
-            gpus = whole_gpus(config, slices)
-            # Sharing nodes advertise nvidia.com/gpu too (one per client); without
-            # this a whole-GPU Pod could land on one and get a fraction.
-            return Placement(config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY,))
+    def shared(self, degree: int) -> Placement:
         selector = {
-            STRATEGY: _GKE_STRATEGY[config.sharing_strategy],
+            STRATEGY: _GKE_STRATEGY[self.config.sharing_strategy],
             MAX_CLIENTS: str(degree),
         }
-        return Placement(config.gpu_resource, 1, selector, Fraction(1, degree))
+        return Placement(self.config.gpu_resource, 1, selector, Fraction(1, degree))
+
+    def whole(self, gpus: int) -> Placement:
+        # Sharing nodes advertise nvidia.com/gpu too (one per client); without
+        # this a whole-GPU Pod could land on one and get a fraction.
+        return Placement(self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY,))

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config import Config
-from .base import Placement, sharing_degree, whole_gpus
+from .base import Placement, SharingPoolBackend
 
 REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"
 
 
-class NvidiaBackend:
+class NvidiaBackend(SharingPoolBackend):
     name = "nvidia"
     placement_keys = (REPLICAS, STRATEGY)
 
-    def __init__(self, config: Config) -> None:
-        self._config = config
-
-    def place(self, slices: int) -> Placement:
-        config = self._config
-        degree = sharing_degree(config, slices)
-        if degree is None:
-            gpus = whole_gpus(config, slices)
-            return Placement(config.gpu_resource, gpus, {STRATEGY: "none"}, Fraction(gpus))
-        selector = {REPLICAS: str(degree), STRATEGY: config.sharing_strategy}
+    def shared(self, degree: int) -> Placement:
+        selector = {REPLICAS: str(degree), STRATEGY: self.config.sharing_strategy}
         # One replica per client: `failRequestsGreaterThanOne` refuses more.
-        return Placement(config.shared_resource, 1, selector, Fraction(1, degree))
+        return Placement(self.config.shared_resource, 1, selector, Fraction(1, degree))
+
+    def whole(self, gpus: int) -> Placement:
+        return Placement(self.config.gpu_resource, gpus, {STRATEGY: "none"}, Fraction(gpus))

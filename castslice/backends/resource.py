@@ -15,8 +15,8 @@ class ResourceBackend:
     placement_keys: tuple[str, ...] = ()
 
     def __init__(self, config: Config) -> None:
-        self._config = config
+        self.config = config
 
     def place(self, slices: int) -> Placement:
-        share = Fraction(slices, self._config.slices_per_gpu)
-        return Placement(self._config.shared_resource, slices, {}, share)
+        share = Fraction(slices, self.config.slices_per_gpu)
+        return Placement(self.config.shared_resource, slices, {}, share)

@@ -14,8 +14,8 @@ from ..config import Config
 from ..kube import WORKLOAD_TEMPLATES
 from ..registration import (
     DEFAULT_NAMESPACE,
-    WORKLOAD_RESOURCES,
     namespace_selector,
+    workload_rules,
     workload_webhook,
 )
 from ..slices import MAX_WARNING_LENGTH, MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
@@ -190,16 +190,7 @@ def match_resources() -> dict:
     return {
         "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
         "matchPolicy": "Equivalent",
-        "resourceRules": [
-            {
-                "operations": ["CREATE", "UPDATE"],
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "resources": list(resources),
-                "scope": "Namespaced",
-            }
-            for (group, version), resources in WORKLOAD_RESOURCES.items()
-        ],
+        "resourceRules": workload_rules(),
     }
 
 
