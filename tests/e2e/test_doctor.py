@@ -170,8 +170,9 @@ def test_a_healthy_installation_passes_every_check(
         calls = fail_open_calls(api)
         report = run_doctor(control_plane.kubeconfig)
 
+    version = kubernetes.client.VersionApi(api).get_code().git_version
     assert report.header == (
-        f"castslice doctor: {control_plane.server_url} (Kubernetes v1.37.2), "
+        f"castslice doctor: {control_plane.server_url} (Kubernetes {version}), "
         "backend resource, shared resource nvidia.com/gpu-shared"
     )
     expect_line(
