@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from castslice import __version__
+
 from .variants import ROOT, load_yaml
 
 CLOUDBUILD = load_yaml(ROOT / "cloudbuild.yaml")
@@ -120,18 +122,26 @@ def run_step(
     )
 
 
-def build_values(short_sha: str) -> dict[str, str]:
+def build_values(short_sha: str, tag_name: str = "") -> dict[str, str]:
     values = {name: "" for name in BUILT_IN}
     values.update(CLOUDBUILD["substitutions"])
     values.update(PROJECT_ID="sample-project", BUILD_ID=BUILD_ID, SHORT_SHA=short_sha)
+    values.update(TAG_NAME=tag_name)
     return values
 
 
-@pytest.mark.parametrize(("short_sha", "tag"), [("3f2a9c1", "3f2a9c1"), ("", f"manual-{BUILD_ID}")])
-def test_the_image_is_tagged_with_the_commit_or_the_build_and_deployed(
-    workspace: dict[str, Path], short_sha: str, tag: str
+@pytest.mark.parametrize(
+    ("short_sha", "tag_name", "tag"),
+    [
+        ("3f2a9c1", f"v{__version__}", f"v{__version__}"),
+        ("3f2a9c1", "", "3f2a9c1"),
+        ("", "", f"manual-{BUILD_ID}"),
+    ],
+)
+def test_the_image_is_tagged_with_the_release_the_commit_or_the_build_and_deployed(
+    workspace: dict[str, Path], short_sha: str, tag_name: str, tag: str
 ) -> None:
-    values = build_values(short_sha)
+    values = build_values(short_sha, tag_name)
     for step_id in ("image-name", "build", "push", "deploy"):
         result = run_step(step_id, values, workspace)
         assert result.returncode == 0, result.stderr
@@ -145,6 +155,14 @@ def test_the_image_is_tagged_with_the_commit_or_the_build_and_deployed(
         "gcloud run services describe castslice --region=europe-west1 --format=value(name)",
         f"gcloud run deploy castslice --image={image} --region=europe-west1 --quiet",
     ]
+
+
+def test_a_release_tag_must_be_the_version_the_image_is_built_from(
+    workspace: dict[str, Path],
+) -> None:
+    result = run_step("image-name", build_values("3f2a9c1", "v9.9.9"), workspace)
+    assert result.returncode != 0
+    assert f"tag v9.9.9 does not match castslice/__init__.py (v{__version__})" in result.stderr
 
 
 def test_the_deploy_step_never_creates_a_service(workspace: dict[str, Path]) -> None:
