@@ -9,7 +9,14 @@ from castslice.config import ConfigError, load_config
 from castslice.webhook import Webhook
 
 try:
-    _webhook = Webhook(load_config(os.environ))
+    _config = load_config(os.environ)
+    if _config.metrics:
+        # Imported only when asked for: with metrics off, prometheus_client is never loaded.
+        from castslice.metrics import serve_metrics
+
+        _webhook = Webhook(_config, log_review=serve_metrics(_config.metrics_port))
+    else:
+        _webhook = Webhook(_config)
 except ConfigError as error:
     raise SystemExit(f"castslice: invalid configuration: {error}") from None
 

@@ -2,38 +2,34 @@
 
 Callers pass chosen fields only: never a Pod, its env values or a whole body.
 
-A review only queues its record; a background thread encodes what is queued
-and writes it every FLUSH_INTERVAL seconds in one system call. Writing from
-the request thread would give up the GIL for the system call on every
-review, and under load each of those hand-offs costs the worker far more than
-the write itself; encoding a batch at once costs less than a line at a time.
+A line is encoded and written by the thread that logs it, before its review is
+answered. With request-based billing (Cloud Run's `cpu_idle = true`) the CPU is
+throttled as soon as no request is in flight, so work left for after the
+answer, such as a background writer, may wait for the next request or never
+run: the log line is part of the request.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import sys
 import threading
-import time
-from collections import deque
 from typing import Literal
 
 import msgspec
 
 Severity = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
-# The longest a line waits before it reaches stdout.
-FLUSH_INTERVAL = 0.05
-
 # A value msgspec cannot encode is written as its str(), never lost with its line.
 _encoder = msgspec.json.Encoder(enc_hook=str)
-_pending: deque[object] = deque()
-_writer_started = False
-_writer_lock = threading.Lock()
-# Held while writing, so two flushes (the thread's and atexit's) keep lines in order.
-_flush_lock = threading.Lock()
+_ENCODING_ERRORS = (msgspec.MsgspecError, TypeError, ValueError, RecursionError)
+# gunicorn's gthread worker answers on several threads at once, all writing to one
+# stdout. A single write(2) of a whole line would be atomic on a pipe only up to
+# PIPE_BUF (4 KiB on Linux), and may be cut short by a signal, leaving the rest for a
+# second write another thread's line can slip in front of. Under this lock each line
+# goes out whole, whatever stdout is: a pipe, a file, or a BufferedWriter when
+# PYTHONUNBUFFERED is not set. Uncontended it costs tens of nanoseconds; contended, a
+# thread waits about as long as the write(2) it would otherwise queue behind.
+_write_lock = threading.Lock()
 
 
 def write_log(severity: Severity, message: str, **fields: object) -> None:
@@ -46,64 +42,28 @@ def write_log(severity: Severity, message: str, **fields: object) -> None:
 
 
 def write_record(record: object) -> None:
-    """Queue a line that is already a record: a msgspec Struct or a dict of chosen fields."""
-    _pending.append(record)  # deque.append is atomic
-    if not _writer_started:
-        _start_writer()
-
-
-def flush() -> None:
-    """Write every queued line now, whole lines in order, in one write."""
-    with _flush_lock:
-        records = []
-        while _pending:
-            records.append(_pending.popleft())
-        if records:
-            stream = sys.stdout
-            stream.buffer.write(_encode_lines(records))
-            stream.flush()
-
-
-def _encode_lines(records: list[object]) -> bytes:
+    """Write one line now: a record that is a msgspec Struct or a dict of chosen fields."""
     try:
-        return _encoder.encode_lines(records)
-    except (msgspec.MsgspecError, TypeError, ValueError, RecursionError):
-        # One bad record must not take the lines queued with it down too.
-        return b"".join(map(_encode_line, records))
-
-
-def _encode_line(record: object) -> bytes:
-    try:
-        return _encoder.encode(record) + b"\n"
-    except (msgspec.MsgspecError, TypeError, ValueError, RecursionError) as error:
+        # encode_lines of a one-item list: the newline without copying the line again.
+        line = _encoder.encode_lines([record])
+    except _ENCODING_ERRORS as error:
         unloggable = {"severity": "ERROR", "message": f"unloggable log record: {error}"[:300]}
-        return _encoder.encode(unloggable) + b"\n"
+        line = _encoder.encode_lines([unloggable])
+    _write(line)
 
 
-def _start_writer() -> None:
-    global _writer_started
-    with _writer_lock:
-        if not _writer_started:
-            _writer_started = True
-            threading.Thread(target=_write_forever, name="castslice-log", daemon=True).start()
-
-
-def _after_fork() -> None:
-    # gunicorn forks its worker after main.py is imported; a thread started before
-    # the fork does not exist in the child, and lines queued there are the parent's.
-    global _writer_started, _writer_lock, _flush_lock
-    _writer_started = False
-    _writer_lock, _flush_lock = threading.Lock(), threading.Lock()
-    _pending.clear()
-
-
-def _write_forever() -> None:
-    while True:
-        time.sleep(FLUSH_INTERVAL)
-        # stdout gone (closed pipe, shutdown): nothing is left to log to.
-        with contextlib.suppress(OSError, ValueError):
-            flush()
-
-
-atexit.register(flush)
-os.register_at_fork(after_in_child=_after_fork)
+def _write(line: bytes) -> None:
+    # Looked up per line: stdout may be replaced (tests capture it, tools redirect it).
+    stream = sys.stdout.buffer
+    try:
+        with _write_lock:
+            written = stream.write(line)
+            # Raw (unbuffered) stdout writes once and says how much went out; None means a
+            # non-blocking stdout is full, and the rest is dropped rather than spun on.
+            while written is not None and written < len(line):
+                line = line[written:]
+                written = stream.write(line)
+            stream.flush()
+    except (OSError, ValueError):
+        # stdout is gone (a closed pipe, shutdown): losing the line must not lose the answer.
+        pass

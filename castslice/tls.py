@@ -36,8 +36,14 @@ if TYPE_CHECKING:
 
 # The same app `functions-framework --target=mutate --source=main.py` serves.
 wsgi_app = "functions_framework:create_app(target='mutate', source='main.py')"
+# Loaded in the arbiter, then one worker forked, as functions-framework does: a bad
+# setting stops gunicorn at start with its message, and the metrics server
+# (castslice/metrics.py) starts in the worker right after the fork.
+preload_app = True
 bind = ["0.0.0.0:8443"]
 worker_class = "gthread"
+# One worker answering on threads; a Pod scales by replicas. The Prometheus counts live
+# in the worker's memory, so CASTSLICE_METRICS=true stops gunicorn if there are more.
 workers = 1
 threads = 8
 # The API server gives the webhook 5 s; a request still running after 30 s is stuck.

@@ -154,7 +154,7 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
     metadata = (request.get("object") or {}).get("metadata") or {}
     return ReviewRecord(
         severity="INFO",
-        message="pod " + outcome.decision,
+        message=f"{outcome.subject} {outcome.decision}",
         uid=request["uid"],
         namespace=request.get("namespace") or metadata.get("namespace"),
         pod=metadata.get("name") or metadata.get("generateName") or request.get("name"),

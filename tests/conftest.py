@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import functions_framework
 import pytest
 from flask.testing import FlaskClient
-
-from castslice import log
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,10 +26,3 @@ def make_client(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FlaskClient]:
 @pytest.fixture
 def client(make_client: Callable[..., FlaskClient]) -> FlaskClient:
     return make_client()
-
-
-@pytest.fixture(autouse=True)
-def _log_lines_stay_with_their_test() -> Iterator[None]:
-    # Lines are written in batches; one left queued would surface in the next test.
-    yield
-    log.flush()

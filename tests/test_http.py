@@ -7,7 +7,7 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from castslice import __version__, log
+from castslice import __version__
 from tests.factories import (
     GPU,
     SHARED,
@@ -40,7 +40,6 @@ def review_response(client: FlaskClient, review: dict, path: str = "/?timeout=5s
 
 
 def log_lines(capsys: pytest.CaptureFixture) -> list[dict]:
-    log.flush()
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -190,7 +189,6 @@ def test_one_log_line_per_review_without_pod_contents(
         containers=[gpu_container(env=[{"name": "PASSWORD", "value": secret}])],
     )
     review_response(client, make_review(pod, dry_run=True))
-    log.flush()
     output = capsys.readouterr().out
     assert secret not in output and "PASSWORD" not in output
     (line,) = [json.loads(text) for text in output.splitlines()]
