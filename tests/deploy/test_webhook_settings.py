@@ -110,7 +110,8 @@ def test_terraform_applies_the_shared_file_with_only_the_url_replaced() -> None:
     local = {key: value for block in main["locals"] for key, value in block.items()}
 
     assert local["webhook_settings"] == (
-        '${yamldecode(file("${path.module}/webhook/mutatingwebhookconfiguration.yaml"))}'
+        "${yamldecode(file(coalesce(var.webhook_configuration_file, "
+        '"${path.module}/webhook/mutatingwebhookconfiguration.yaml")))}'
     )
     assert (INFRA / "webhook" / "mutatingwebhookconfiguration.yaml") == SHARED_WEBHOOK
     # Each webhook of the shared file, with clientConfig set to {url} and nothing else;
