@@ -1,190 +1,349 @@
-"""End to end: what CastSlice adds to Pod creation through a real kube-apiserver.
+"""What admission adds to a Pod create, side by side, through a real kube-apiserver.
 
-`python -m bench.e2e_latency` starts the end-to-end suite's control plane
-(etcd, kube-apiserver, kube-controller-manager) and CastSlice behind nginx TLS,
-then creates the same Pods over and over, in rounds that alternate between the
-webhook registered and not registered, timing each create from the client.
-The difference between the two is what an admission call to CastSlice costs a
-user. Needs what the end-to-end suite needs (Go for the first build, nginx).
+`python -m bench.e2e_latency` (part of `python -m bench`) starts the end-to-end
+suite's control plane and times Pod creates from a client, alternating one by one
+between four set-ups, all live at once, each selecting a namespace of its own:
+
+- none: no webhook, no admission policy;
+- castslice: CastSlice as deployed, functions-framework (gunicorn) behind nginx TLS;
+- go: bench/reference/main.go, Go's standard library doing the same rewrite,
+  behind the same nginx TLS front end, registered with the same configuration;
+- policy: `castslice policy`'s admission policies, run by the API server itself.
+
+Each set-up is timed with server-side dry runs (admission without storage) and
+real creates. Then a burst: a Deployment of opted-in Pods scaled out at once,
+the time until all its Pods exist, with and without CastSlice.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import kubernetes.client
+import yaml
 
-from tests.e2e import tools
+from castslice.config import load_config
+from castslice.registration import POD_WEBHOOK
+from tests.e2e import apiserver_metrics, burst, tools
 from tests.e2e.castslice_server import CastSliceServer
 from tests.e2e.cluster import LocalControlPlane
+from tests.e2e.kubectl import Kubectl
 from tests.e2e.pods import create_namespace
-from tests.e2e.registration import deregister_and_wait, register_and_wait
+from tests.e2e.registration import configuration_for
+from tests.procs import wait_until
 
 from . import bodies
 from .report import Spread, load_average
 from .servers import REPO
 
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "e2e-latest.md"
-SHARED_MARKER = bodies.SHARED.encode()
-# The shapes CastSlice rewrites; the others must come back unchanged.
-PATCHED = ("typical", "large")
-# Untimed creates after each (de)registration: the API server's first call to a
-# webhook opens its TLS connection, which is not what a steady cluster pays.
+REFERENCE = REPO / "bench" / "reference"
+# Built outside the tree, once per source version (go build caches the rest).
+REFERENCE_BINARY = Path.home() / ".cache" / "castslice" / "bench" / "reference"
+SETUPS = ("none", "castslice", "go", "policy")
+MODES = ("dry run", "create")
+APPLIED = burst.APPLIED.encode()
+# Untimed steps at the start of each round: the API server's first calls open connections.
 WARMUP_PODS = 5
+# The namespace label each set-up's registration or policy binding selects.
+SETUP = "bench.castslice.castops.io/setup"
+# Targets: CastSlice's added latency over the Go reference's, the policy's over CastSlice's.
+VERSUS_GO_TARGET = 1.1
+POLICY_TARGET = 0.4
 
 
 @dataclass
 class Samples:
-    """Create latencies in seconds, per Pod shape, with and without the webhook."""
+    """Create latencies in seconds per (set-up, mode), and per-round medians."""
 
-    without: dict[str, list[float]] = field(default_factory=dict)
-    with_webhook: dict[str, list[float]] = field(default_factory=dict)
-    # Per round and shape: median with minus median without, for the spread.
-    round_differences: dict[str, list[float]] = field(default_factory=dict)
+    latencies: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    round_medians: list[dict[tuple[str, str], float]] = field(default_factory=list)
+    # The API server's own timing of the webhook calls or the policy: (sum, count) per set-up.
+    webhook_calls: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def percentile(self, setup: str, mode: str, percent: float) -> float:
+        return percentile(self.latencies[setup, mode], percent)
+
+    def added(self, setup: str, mode: str, percent: float) -> float:
+        return self.percentile(setup, mode, percent) - self.percentile("none", mode, percent)
 
 
-def pod_manifests(namespace: str) -> dict[str, dict[str, Any]]:
-    """The benchmark's Pods as a user would submit them: no owner, a fixed namespace.
+class Setups:
+    """All set-ups live at once, each in a namespace of its own.
 
-    `large-no-gpu` is the large Pod with nothing to rewrite: CastSlice is called and
-    answers without a patch, which separates the cost of the call from the cost of
-    the API server applying a patch to a large object.
+    Every registration and policy binding selects only its own namespace (by a
+    label), so which namespace a Pod is created in decides what admits it. The
+    creates of the set-ups then alternate one by one: a moment of machine noise
+    hits all of them alike, instead of whichever set-up was being measured.
     """
-    pods = {
-        "typical": bodies.typical_pod(),
-        "not-opted-in": bodies.typical_pod(opted_in=False),
-        "large": bodies.large_pod(),
-        "large-no-gpu": bodies.large_pod(),
-    }
-    for container in pods["large-no-gpu"]["spec"]["containers"]:
-        for quantities in container["resources"].values():
-            quantities.pop(bodies.GPU, None)
-    for pod in pods.values():
-        metadata = pod["metadata"]
-        metadata.pop("ownerReferences", None)
-        metadata.pop("generateName", None)
-        metadata["namespace"] = namespace
-        pod.pop("status", None)
-    return pods
 
-
-class PodCreator:
-    """Creates Pods with pre-serialized bodies, so the client's own work stays constant."""
-
-    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        servers: dict[str, CastSliceServer],
+        kubectl: Kubectl,
+        policy: str | None,
+    ) -> None:
         self.api = api
-        self.namespace = namespace
-        self._url = f"{api.configuration.host}/api/v1/namespaces/{namespace}/pods"
+        self.servers = servers
+        self.available = [name for name in SETUPS if name != "policy" or policy is not None]
+        self.namespaces = {name: f"bench-{name}" for name in self.available}
+        for name, namespace in self.namespaces.items():
+            core = kubernetes.client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": namespace, "labels": {SETUP: name}}})
+            create_namespace(api, namespace)  # waits for its default ServiceAccount
+        admission = kubernetes.client.AdmissionregistrationV1Api(api)
+        for name, server in servers.items():
+            admission.create_mutating_webhook_configuration(_registration(name, server))
+        if policy is not None:
+            kubectl.run("apply", "-f", "-", stdin=_bound_to_namespace(policy))
         self._pool = api.rest_client.pool_manager
+        pod = bodies.typical_pod()
+        for key in ("ownerReferences", "generateName", "namespace"):
+            pod["metadata"].pop(key)
+        pod.pop("status", None)
+        # Left Pending and out of the scheduler's way: this measures admission alone.
+        pod["spec"]["schedulerName"] = burst.UNSCHEDULED
+        self._pod = pod
+        wait_until(self._settled, timeout=60, what="every set-up to admit its Pods")
 
-    def create(self, manifest: dict[str, Any], expect_patch: bool) -> float:
-        pod = copy.deepcopy(manifest)
-        pod["metadata"]["name"] = f"bench-{uuid.uuid4().hex[:12]}"
-        payload = json.dumps(pod, separators=(",", ":")).encode()
+    def create(self, setup: str, dry_run: bool) -> float:
+        """One create in `setup`'s namespace, timed from the client; its answer checked."""
+        payload = self._payload()
+        url = self._url(setup) + ("?dryRun=All" if dry_run else "")
         started = time.perf_counter()
         response = self._pool.request(
             "POST",
-            self._url,
+            url,
             body=payload,
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         elapsed = time.perf_counter() - started
         if response.status != 201:
             raise RuntimeError(f"create answered {response.status}: {response.data[:300]!r}")
-        if (SHARED_MARKER in response.data) != expect_patch:
-            state = "rewritten" if not expect_patch else "not rewritten"
-            raise RuntimeError(f"a Pod came back {state}: the registration is not as expected")
+        if (APPLIED in response.data) != (setup != "none"):
+            raise RuntimeError(f"a Pod came back rewritten or not against the set-up {setup}")
         return elapsed
 
-    def delete_all(self) -> None:
-        # Pods never scheduled to a node are deleted at once, without a grace period.
+    def delete_pods(self) -> None:
         core = kubernetes.client.CoreV1Api(self.api)
-        core.delete_collection_namespaced_pod(self.namespace)
+        for namespace in self.namespaces.values():
+            core.delete_collection_namespaced_pod(namespace)
+
+    def _settled(self) -> bool:
+        """Whether each namespace's probe was admitted by its own set-up, and only by it."""
+        for setup in self.available:
+            before = {name: _access_log_size(server) for name, server in self.servers.items()}
+            response = self._pool.request(
+                "POST",
+                self._url(setup) + "?dryRun=All",
+                body=self._payload(),
+                headers={"Content-Type": "application/json"},
+            )
+            called = {
+                name
+                for name, server in self.servers.items()
+                if _access_log_size(server) > before[name]
+            }
+            mutated = response.status == 201 and APPLIED in response.data
+            expected = {setup} & set(self.servers)
+            if called != expected or mutated != (setup != "none"):
+                return False
+        return True
+
+    def _url(self, setup: str) -> str:
+        return f"{self.api.configuration.host}/api/v1/namespaces/{self.namespaces[setup]}/pods"
+
+    def _payload(self) -> bytes:
+        # Serialized before the clock starts, so the client's own work stays out of the timing.
+        self._pod["metadata"]["name"] = f"bench-{uuid.uuid4().hex[:12]}"
+        return json.dumps(self._pod, separators=(",", ":")).encode()
 
 
-def measure(
-    creator: PodCreator,
-    api: kubernetes.client.ApiClient,
-    server: CastSliceServer,
-    pods: dict[str, dict[str, Any]],
-    rounds: int,
-    count: int,
-) -> Samples:
+def _registration(setup: str, server: CastSliceServer) -> dict[str, Any]:
+    """The generated configuration for `server`, named for `setup` and selecting only its
+    namespace; the reference's webhooks renamed, so the API server's metrics tell them apart."""
+    document = configuration_for(server.url(), server.ca_pem, load_config(server.settings))
+    document["metadata"]["name"] = f"castslice-bench-{setup}"
+    for hook in document["webhooks"]:
+        hook["namespaceSelector"].setdefault("matchLabels", {})[SETUP] = setup
+        if setup != "castslice":
+            hook["name"] = hook["name"].replace("castslice", f"{setup}-reference")
+    return document
+
+
+def _bound_to_namespace(policy: str) -> str:
+    """`castslice policy`'s objects, their bindings selecting only the policy namespace."""
+    documents = [document for document in yaml.safe_load_all(policy) if document]
+    for document in documents:
+        if document["kind"].endswith("Binding"):
+            resources = document["spec"].setdefault("matchResources", {})
+            selector = resources.setdefault("namespaceSelector", {})
+            selector.setdefault("matchLabels", {})[SETUP] = "policy"
+    return yaml.safe_dump_all(documents)
+
+
+def measure(setups: Setups, rounds: int, count: int) -> Samples:
     samples = Samples()
+    names = setups.available
+    before = {name: _admission_time(setups.api, name) for name in names if name != "none"}
     for round_index in range(rounds):
-        # Alternating which side goes first keeps drift from favouring either.
-        order = [False, True] if round_index % 2 == 0 else [True, False]
-        medians: dict[tuple[str, bool], float] = {}
-        for registered in order:
-            if registered:
-                register_and_wait(api, server)
-            else:
-                deregister_and_wait(api)
-            for name, manifest in pods.items():
-                expect_patch = registered and name in PATCHED
-                for _ in range(WARMUP_PODS):
-                    creator.create(manifest, expect_patch)
-                timings = [creator.create(manifest, expect_patch) for _ in range(count)]
-                target = samples.with_webhook if registered else samples.without
-                target.setdefault(name, []).extend(timings)
-                medians[name, registered] = statistics.median(timings)
-                creator.delete_all()
-                _progress(
-                    f"round {round_index + 1}/{rounds} {name:>12} "
-                    f"{'with' if registered else 'without':>7} webhook: "
-                    f"median {medians[name, registered] * 1000:.2f} ms"
-                )
-        for name in pods:
-            difference = medians[name, True] - medians[name, False]
-            samples.round_differences.setdefault(name, []).append(difference)
+        timings: dict[tuple[str, str], list[float]] = {}
+        for step in range(WARMUP_PODS + count):
+            # Rotating the order keeps any set-up from always going first.
+            order = names[step % len(names) :] + names[: step % len(names)]
+            for mode in MODES:
+                for setup in order:
+                    elapsed = setups.create(setup, mode == "dry run")
+                    if step >= WARMUP_PODS:
+                        timings.setdefault((setup, mode), []).append(elapsed)
+        for key, values in timings.items():
+            samples.latencies.setdefault(key, []).extend(values)
+        samples.round_medians.append({key: statistics.median(v) for key, v in timings.items()})
+        setups.delete_pods()
+        medians = samples.round_medians[-1]
+        _progress(
+            f"round {round_index + 1}/{rounds}: p50 ms "
+            + ", ".join(f"{s} {medians[s, 'dry run'] * 1000:.2f}" for s in names)
+        )
+    for name, (seconds, calls) in before.items():
+        now_seconds, now_calls = _admission_time(setups.api, name)
+        samples.webhook_calls[name] = (now_seconds - seconds, now_calls - calls)
     return samples
 
 
-def render(samples: Samples, rounds: int, count: int, command: str, load: tuple[str, str]) -> str:
+def measure_bursts(setups: Setups, rounds: int, replicas: int) -> dict[str, list[float]]:
+    """Seconds until all Pods of a scaled-out Deployment exist, without and with CastSlice."""
+    seconds: dict[str, list[float]] = {"none": [], "castslice": []}
+    for round_index in range(rounds):
+        order = ["none", "castslice"] if round_index % 2 == 0 else ["castslice", "none"]
+        for setup in order:
+            namespace = setups.namespaces[setup]
+            name = f"burst-{uuid.uuid4().hex[:6]}"
+            elapsed, pods = burst.timed_burst(setups.api, namespace, name, replicas)
+            rewritten = sum(burst.mutated(pod) for pod in pods)
+            if rewritten != (replicas if setup == "castslice" else 0):
+                raise RuntimeError(f"{rewritten} of {replicas} burst Pods rewritten with {setup}")
+            seconds[setup].append(elapsed)
+            _progress(f"burst {round_index + 1}/{rounds} {setup:>9}: {elapsed:.1f} s")
+            burst.remove_burst(setups.api, namespace, name)
+            wait_until(
+                lambda namespace=namespace: not burst.pods_in(setups.api, namespace),
+                timeout=120,
+                what="the burst's Pods to be deleted",
+            )
+    return seconds
+
+
+def render(
+    samples: Samples,
+    bursts: dict[str, list[float]],
+    settings: Settings,
+    load: tuple[str, str],
+    fail_opens: float,
+) -> str:
+    setups = [setup for setup in SETUPS if (setup, MODES[0]) in samples.latencies]
     rows = []
-    for name in samples.without:
-        without, with_webhook = samples.without[name], samples.with_webhook[name]
-        spread = Spread.of([value * 1000 for value in samples.round_differences[name]])
-        median_without, median_with = statistics.median(without), statistics.median(with_webhook)
-        rows.append(
-            f"| {name} | {_ms(median_without)} | {_ms(median_with)} "
-            f"| **{_ms(median_with - median_without)}** "
-            f"({spread.low:+.2f} to {spread.high:+.2f}) "
-            f"| {_ms(percentile(without, 99))} | {_ms(percentile(with_webhook, 99))} "
-            f"| **{_ms(percentile(with_webhook, 99) - percentile(without, 99))}** |"
+    for mode in MODES:
+        for setup in setups:
+            p50, p99 = (samples.percentile(setup, mode, p) for p in (50, 99))
+            added = "– | –"
+            if setup != "none":
+                added = " | ".join(f"**{_ms(samples.added(setup, mode, p))}**" for p in (50, 99))
+            rows.append(f"| {mode} | {setup} | {_ms(p50)} | {_ms(p99)} | {added} |")
+    ratio_rows = [
+        *_ratio_rows(samples, "castslice", "go", "CastSlice ÷ Go reference", VERSUS_GO_TARGET),
+    ]
+    if "policy" in setups:
+        ratio_rows += _ratio_rows(
+            samples, "policy", "castslice", "policy ÷ CastSlice", POLICY_TARGET
         )
-    return "\n".join(
-        [
-            "# CastSlice end to end: Pod creation latency",
+    calls = [
+        f"| {setup} | {total / count * 1000:.2f} | {count:.0f} |"
+        for setup, (total, count) in samples.webhook_calls.items()
+        if count
+    ]
+    burst_rows = [
+        f"| {setup} | {Spread.of(values).median:.1f} | "
+        f"{Spread.of(values).low:.1f}–{Spread.of(values).high:.1f} |"
+        for setup, values in bursts.items()
+        if values
+    ]
+    lines = [
+        "# Pod creation latency, end to end",
+        "",
+        f"`{settings.command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"{settings.pods} timed creates per set-up, mode and round, {settings.rounds} rounds. "
+        "All set-ups are live at once, each in its own namespace, and their creates "
+        "alternate one by one; each create is timed by the client (sequential, keep-alive) "
+        "against kube-apiserver on 127.0.0.1; the typical opted-in Pod (bench/bodies.py). "
+        f"Load average at start {load[0]}, at end {load[1]}.",
+        "",
+        "| mode | admission | p50 | p99 | added p50 | added p99 |",
+        "|---|---|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "Milliseconds; *added* is the set-up's percentile minus the same percentile without "
+        "admission, same mode.",
+        "",
+        "| ratio of added latency | mode | p50 | p99 | per-round p50 (min–max) | target | met |",
+        "|---|---|---:|---:|---:|---:|---|",
+        *ratio_rows,
+        "",
+        "The API server's own timing, over the timed creates: of each call to the webhook "
+        f"(`{apiserver_metrics.DURATION}`), of each evaluation of the "
+        f"MutatingAdmissionPolicy in policy mode (`{apiserver_metrics.POLICY_DURATION}`):",
+        "",
+        "| set-up | mean ms | calls or evaluations |",
+        "|---|---:|---:|",
+        *calls,
+        "",
+        f"Calls that failed open during the run (`{apiserver_metrics.FAIL_OPEN}`): "
+        f"{fail_opens:.0f}.",
+        "",
+    ]
+    if burst_rows:
+        lines += [
+            f"## Burst: a Deployment of {settings.burst_pods} opted-in Pods",
             "",
-            f"`{command}`: {count} creates per Pod shape per round, {rounds} rounds "
-            "alternating webhook registered / not registered; latency is the client's "
-            "create call (sequential, keep-alive) against kube-apiserver on 127.0.0.1, "
-            "CastSlice behind nginx TLS as the end-to-end suite serves it. "
-            f"Load average at start {load[0]}, at end {load[1]}.",
+            "Seconds from creating the Deployment until all its Pods exist "
+            f"({settings.burst_rounds} alternating rounds); the controller-manager creates "
+            "them with its default client rate limit (20 requests/s, bursts of 30).",
             "",
-            "| Pod | median without | median with | added median (per-round range) "
-            "| p99 without | p99 with | added p99 |",
-            "|---|---:|---:|---:|---:|---:|---:|",
-            *rows,
-            "",
-            "All figures in milliseconds. *not-opted-in* Pods never reach CastSlice: the "
-            "registration's matchConditions leave them out, so their difference is the API "
-            "server's own work to decide that the webhook does not apply. "
-            "*large-no-gpu* is the large Pod without GPU requests: CastSlice is called but "
-            "has nothing to patch.",
+            "| admission | median s | min–max s |",
+            "|---|---:|---:|",
+            *burst_rows,
             "",
         ]
-    )
+    return "\n".join(lines)
+
+
+def _ratio_rows(samples: Samples, mine: str, base: str, label: str, target: float) -> list[str]:
+    rows = []
+    for mode in MODES:
+        ratios = [samples.added(mine, mode, p) / samples.added(base, mode, p) for p in (50, 99)]
+        per_round = [
+            (medians[mine, mode] - medians["none", mode])
+            / (medians[base, mode] - medians["none", mode])
+            for medians in samples.round_medians
+        ]
+        met = "yes" if max(ratios) <= target else "**no**"
+        rows.append(
+            f"| {label} | {mode} | {ratios[0]:.2f} | {ratios[1]:.2f} "
+            f"| {Spread.of(per_round).ratio()} | ≤ {target} | {met} |"
+        )
+    return rows
 
 
 def percentile(values: list[float], percent: float) -> float:
@@ -193,34 +352,142 @@ def percentile(values: list[float], percent: float) -> float:
     return ordered[index]
 
 
+def reference_binary() -> Path:
+    """bench/reference built with `go build` into the cache (a no-op when up to date)."""
+    REFERENCE_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-o", str(REFERENCE_BINARY), "."],
+        cwd=REFERENCE,
+        check=True,
+        timeout=600,
+    )
+    return REFERENCE_BINARY
+
+
+def policy_manifests() -> str | None:
+    """`castslice policy` as a user runs it, defaults only; None where it does not exist."""
+    done = subprocess.run(
+        [sys.executable, "-m", "castslice", "policy"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
+@contextmanager
+def environment() -> Iterator[
+    tuple[kubernetes.client.ApiClient, dict[str, CastSliceServer], Kubectl]
+]:
+    nginx, binaries, kubectl = tools.nginx(), tools.kube_binaries(), tools.kubectl()
+    go = reference_binary()
+    with ExitStack() as stack:
+        plane = stack.enter_context(LocalControlPlane(binaries))
+        servers = {
+            "castslice": stack.enter_context(CastSliceServer(nginx)),
+            "go": stack.enter_context(CastSliceServer(nginx, program=[str(go)])),
+        }
+        yield plane.api_client(), servers, Kubectl(kubectl, plane.kubeconfig)
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int = 8
+    pods: int = 150
+    burst_rounds: int = 2
+    burst_pods: int = 500
+    command: str = "python -m bench.e2e_latency"
+
+
+def run(arguments: Settings) -> str:
+    """Measure, and return the Markdown report."""
+    load_start = load_average()
+    with environment() as (api, servers, kubectl):
+        setups = Setups(api, servers, kubectl, policy_manifests())
+        fail_opens = apiserver_metrics.fail_open_count(api)
+        samples = measure(setups, arguments.rounds, arguments.pods)
+        bursts: dict[str, list[float]] = {}
+        if arguments.burst_rounds:
+            bursts = measure_bursts(setups, arguments.burst_rounds, arguments.burst_pods)
+        fail_opens = apiserver_metrics.fail_open_count(api) - fail_opens
+    return render(samples, bursts, arguments, (load_start, load_average()), fail_opens)
+
+
+def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The end-to-end options; `prefix` sets them apart among `python -m bench`'s."""
+    defaults = Settings()
+    parser.add_argument(
+        f"--{prefix}rounds", type=int, default=defaults.rounds, help="rounds through the set-ups"
+    )
+    parser.add_argument(
+        f"--{prefix}pods", type=int, default=defaults.pods, help="timed creates per mode, round"
+    )
+    parser.add_argument(
+        "--burst-rounds", type=int, default=defaults.burst_rounds, help="bursts per set-up"
+    )
+    parser.add_argument(
+        "--burst-pods", type=int, default=defaults.burst_pods, help="Pods in one burst"
+    )
+
+
+def settings_from(arguments: argparse.Namespace, command: str, prefix: str = "") -> Settings:
+    options = vars(arguments)
+    return Settings(
+        rounds=options[f"{prefix}rounds"],
+        pods=options[f"{prefix}pods"],
+        burst_rounds=arguments.burst_rounds,
+        burst_pods=arguments.burst_pods,
+        command=command,
+    )
+
+
+def write(report: str, output: Path = DEFAULT_OUTPUT) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report)
+    _progress(f"wrote {output}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e_latency", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds")
-    parser.add_argument("--pods", type=int, default=50, help="timed creates per shape and round")
+    add_arguments(parser)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     arguments = parser.parse_args(argv)
     command = " ".join(["python -m bench.e2e_latency", *(sys.argv[1:] if argv is None else argv)])
-
     try:
-        nginx, binaries = tools.nginx(), tools.kube_binaries()
+        report = run(settings_from(arguments, command))
     except tools.MissingTool as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    load_start = load_average()
-    with LocalControlPlane(binaries) as plane, CastSliceServer(nginx) as server:
-        api = plane.api_client()
-        namespace = create_namespace(api, "castslice-bench")
-        creator = PodCreator(api, namespace)
-        samples = measure(
-            creator, api, server, pod_manifests(namespace), arguments.rounds, arguments.pods
-        )
-    report = render(
-        samples, arguments.rounds, arguments.pods, command, (load_start, load_average())
-    )
     print(report)
-    arguments.output.parent.mkdir(parents=True, exist_ok=True)
-    arguments.output.write_text(report)
+    write(report, arguments.output)
     return 0
+
+
+def _admission_time(api: kubernetes.client.ApiClient, setup: str) -> tuple[float, float]:
+    """(seconds, count) the API server has spent on calls to `setup`'s Pod webhook, or on
+    evaluating the MutatingAdmissionPolicy in policy mode, as it measures them."""
+    if setup == "policy":
+        family, label, name = apiserver_metrics.POLICY_DURATION, "policy", POD_WEBHOOK
+        samples = apiserver_metrics.webhook_samples(api, prefix=family)
+    else:
+        family, label = apiserver_metrics.DURATION, "name"
+        name = (
+            POD_WEBHOOK.replace("castslice", f"{setup}-reference")
+            if setup != "castslice"
+            else POD_WEBHOOK
+        )
+        samples = apiserver_metrics.webhook_samples(api)
+    return (
+        apiserver_metrics.total(samples, family, name, part="_sum", label=label),
+        apiserver_metrics.total(samples, family, name, part="_count", label=label),
+    )
+
+
+def _access_log_size(server: CastSliceServer) -> int:
+    path = server.workdir / "logs" / "nginx-access.log"
+    return path.stat().st_size if path.exists() else 0
 
 
 def _ms(seconds: float) -> str:

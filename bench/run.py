@@ -1,7 +1,10 @@
-"""Benchmark CastSlice against the floor: `python -m bench`.
+"""The benchmark, `python -m bench`: latency end to end, then the throughput guard.
 
-Both are served as in production, side by side on 127.0.0.1; wrk loads one
-at a time, alternating CastSlice and the floor round after round, so every
+First what a user feels: Pod create latency through a real kube-apiserver with
+no admission, CastSlice, a Go reference webhook and CastSlice's policy mode, side
+by side (bench/e2e_latency.py). Then the regression guard: CastSlice against the
+floor (functions-framework answering a constant), both served as in production
+on 127.0.0.1; wrk loads one at a time, alternating round after round, so every
 ratio compares two points measured moments apart on the same machine.
 """
 
@@ -16,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import bodies as benchmark_bodies
+from . import e2e_latency
 from .coldstart import cold_start_seconds
 from .load import LoadSettings, measure
 from .report import BodyResult, ColdStartResult, Machine, Run, load_average, render
@@ -38,8 +42,12 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--output", type=Path, default=DEFAULT_OUTPUT, help="Markdown report to write"
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit with status 1 when a target is missed"
+        "--check", action="store_true", help="exit with status 1 when a guard ratio is missed"
     )
+    parser.add_argument(
+        "--only", choices=("latency", "guard"), help="run one of the two parts alone"
+    )
+    e2e_latency.add_arguments(parser.add_argument_group("end to end"), prefix="e2e-")
     parser.add_argument(
         "--source",
         type=Path,
@@ -51,13 +59,28 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(sys.argv[1:] if argv is None else argv)
+    latency = None
+    if arguments.only != "guard":
+        settings = e2e_latency.settings_from(arguments, _command(argv), prefix="e2e_")
+        latency = e2e_latency.run(settings)
+        e2e_latency.write(latency)
+    status = 0 if arguments.only == "latency" else guard(arguments, argv)
+    if latency is not None:
+        print(latency)
+    return status
+
+
+def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
+    """The throughput guard against the floor; prints and writes its report."""
     settings = LoadSettings(
         threads=arguments.threads,
         connections=arguments.connections,
         seconds=arguments.seconds,
         warmup_seconds=arguments.warmup,
     )
-    function = FunctionSource("castslice", arguments.source.resolve())
+    # main.py sits at the root of its tree, whose castslice it imports.
+    source = arguments.source.resolve()
+    function = FunctionSource("castslice", source, root=source.parent)
     machine = Machine.describe()
     with tempfile.TemporaryDirectory(prefix="castslice-bench-") as scratch:
         work = Path(scratch)

@@ -38,11 +38,16 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class FunctionSource:
-    """A functions-framework source file and target, as deployed."""
+    """A functions-framework source file and target, as deployed.
+
+    `root` is the tree its imports come from: the server runs there, with only it on
+    PYTHONPATH, so another checkout's main.py is measured with that checkout's castslice.
+    """
 
     name: str
     source: Path
     target: str = "mutate"
+    root: Path = REPO
 
 
 FUNCTION = FunctionSource("castslice", REPO / "main.py")
@@ -55,14 +60,14 @@ def functions_framework_command() -> str:
     return str(beside) if beside.exists() else "functions-framework"
 
 
-def server_environment() -> dict[str, str]:
+def server_environment(root: Path = REPO) -> dict[str, str]:
     environ = {
         key: value
         for key, value in os.environ.items()
         if key not in _SERVER_SETTINGS and not key.startswith("CASTSLICE_")
     }
-    # Sources outside the repository's root (the floor, bench/layers) import from it.
-    environ["PYTHONPATH"] = str(REPO)
+    # Sources outside the repository's root (the floor) import from it.
+    environ["PYTHONPATH"] = str(root)
     return environ
 
 
@@ -87,8 +92,8 @@ class Server:
         with self.stdout_path.open("wb") as stdout, self.stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
                 command,
-                cwd=REPO,
-                env=server_environment(),
+                cwd=function.root,
+                env=server_environment(function.root),
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,

@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-import yaml
-
 from .slices import OPTIMIZE, POLICY_SOURCE_PREFIX, SliceDecision
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -243,6 +241,10 @@ def _load_document(text: str) -> Any:
             return json.loads(text)
         except ValueError:
             pass  # YAML flow style also starts with "{"; let YAML say what is wrong
+    # Imported here, not at the top: without a policy (the common case) every cold start
+    # would still pay for loading PyYAML.
+    import yaml
+
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -43,14 +43,24 @@ http {{
     scgi_temp_path {dir}/tmp/scgi;
     # Above CastSlice's own 7 MiB limit, so the function answers with its 413.
     client_max_body_size 8m;
+    # Like Cloud Run's front end, nginx keeps its connections to the function open. It
+    # lets an idle one go after 1 s, before gunicorn would (2 s): never a request sent
+    # on a connection the function is closing.
+    upstream function {{
+        server 127.0.0.1:{http_port};
+        keepalive 16;
+        keepalive_timeout 1s;
+    }}
     server {{
-        listen 127.0.0.1:{tls_port} ssl;
+        # HTTP/2 when the client offers it, as the API server's does.
+        listen 127.0.0.1:{tls_port} ssl http2;
         ssl_certificate {dir}/pki/serving.crt;
         ssl_certificate_key {dir}/pki/serving.key;
         ssl_protocols TLSv1.2 TLSv1.3;
         location / {{
-            proxy_pass http://127.0.0.1:{http_port};
+            proxy_pass http://function;
             proxy_http_version 1.1;
+            proxy_set_header Connection "";
             proxy_set_header Host $host;
             proxy_set_header X-Forwarded-Proto https;
             proxy_set_header X-Forwarded-For $remote_addr;
@@ -70,10 +80,18 @@ class CastSliceServer:
         *,
         source_dir: Path = REPO_ROOT,
         python: str = sys.executable,
+        program: Sequence[str] | None = None,
     ) -> None:
-        """`env` holds the CASTSLICE_* settings; none are inherited from this process."""
+        """`env` holds the CASTSLICE_* settings; none are inherited from this process.
+
+        `program` serves something else behind the same front end (the benchmark's
+        reference webhook): it listens on 127.0.0.1:$PORT in plain HTTP and answers
+        `GET /` with `{"status": "ok"}`, as CastSlice does.
+        """
         self.nginx = nginx
         self.settings = dict(env or {})
+        self.program = list(program) if program is not None else None
+        self.http_port = 0
         self.source_dir = source_dir
         self.python = python
         self.workdir = Path(tempfile.mkdtemp(prefix="castslice-server-"))
@@ -133,6 +151,20 @@ class CastSliceServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def stop_function(self) -> None:
+        """Stop the function behind the front end: nginx answers its own 502 page."""
+        self._require(self._function).stop()
+
+    def kill_function(self) -> None:
+        """SIGKILL gunicorn, master and worker at once: a crash, with requests in flight."""
+        function = self._require(self._function)
+        os.killpg(function.pid, signal.SIGKILL)
+        function.stop()  # reaps it
+
+    def restart_function(self) -> None:
+        """Start the function again on its old port, as a restarted container would be."""
+        self._run_function(self._require(self._function))
 
     def pause(self) -> None:
         """Freeze the function's workers: nginx still accepts, but no answer comes back."""
@@ -209,13 +241,15 @@ class CastSliceServer:
         return tails
 
     def _start_function(self) -> int:
-        http_port = free_port()
+        http_port = self.http_port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
         env.update(self.settings)
         env["PYTHONUNBUFFERED"] = "1"
+        env["PORT"] = str(http_port)
         function = ManagedProcess(
             "castslice",
-            [
+            self.program
+            or [
                 self.python,
                 "-m",
                 "functions_framework",
@@ -232,14 +266,17 @@ class CastSliceServer:
             death_signal=signal.SIGTERM,
         )
         self._function = function
+        self._run_function(function)
+        return http_port
+
+    def _run_function(self, function: ManagedProcess) -> None:
         function.start()
         wait_until(
-            lambda: _get_ok(f"http://127.0.0.1:{http_port}/"),
+            lambda: _get_ok(f"http://127.0.0.1:{self.http_port}/"),
             timeout=_START_TIMEOUT,
             what="functions-framework to serve CastSlice",
             alive=function.check_running,
         )
-        return http_port
 
     def _start_front(self, http_port: int) -> None:
         self.port = free_port()

@@ -1,4 +1,9 @@
-"""CastSlice never blocks Pods: down or too slow, the API server admits them unmutated."""
+"""CastSlice never blocks Pods: down or too slow, the API server admits them unmutated.
+
+Each such Pod is a call the API server counts as failed open
+(`apiserver_admission_webhook_fail_open_count` for `pods.castslice.castops.io`),
+the signal an operator alerts on. test_faults.py has more ways to fail.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import time
 
 import kubernetes.client
 
+from .apiserver_metrics import fail_open_count
 from .castslice_server import StartServer
 from .pods import GPU, create_pod, gpu_container, opted_in, pod, read_pod, resources_of
 from .registration import register_and_wait, webhook_settings
@@ -27,12 +33,14 @@ def test_pod_is_admitted_unmutated_while_castslice_is_down(
     server = own_castslice({})
     register_and_wait(api, server)
     server.stop()
+    before = fail_open_count(api)
 
     elapsed = timed_create(api, namespace, "while-down")
 
     assert resources_of(read_pod(api, namespace, "while-down")) == UNMUTATED
     assert elapsed < TIMEOUT_SECONDS
     assert server.reviews_of(namespace, "while-down") == []
+    assert fail_open_count(api) - before == 1
 
 
 def test_pod_is_admitted_unmutated_when_castslice_answers_too_late(
@@ -42,13 +50,16 @@ def test_pod_is_admitted_unmutated_when_castslice_answers_too_late(
     register_and_wait(api, server)
     # nginx still accepts the call; the function behind it does not answer.
     server.pause()
+    before = fail_open_count(api)
     try:
         elapsed = timed_create(api, namespace, "too-late")
     finally:
         server.resume()
 
     assert resources_of(read_pod(api, namespace, "too-late")) == UNMUTATED
-    # The API server waited for the webhook, up to its timeout and not much longer.
+    assert fail_open_count(api) - before == 1
+    # The API server waited for the webhook, up to the generated configuration's
+    # timeoutSeconds and not much longer.
     assert TIMEOUT_SECONDS - 0.5 <= elapsed < TIMEOUT_SECONDS + 3
     # Once resumed, CastSlice does answer (with a patch); the API server has moved on.
     late = server.wait_for_log(

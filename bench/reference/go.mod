@@ -1,0 +1,3 @@
+module github.com/castops/castslice/bench/reference
+
+go 1.22
