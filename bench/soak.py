@@ -35,6 +35,7 @@ SAMPLE_SECONDS = 5.0
 @dataclass
 class Tally:
     finished: float = 0.0
+    answered: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -82,6 +83,8 @@ def send(
             connection.close()
             connection = http.client.HTTPConnection(HOST, port, timeout=30)
             continue
+        with tally.lock:
+            tally.answered += 1
         if reply.status != 200:
             tally.error(f"status {reply.status}")
             continue
@@ -124,7 +127,8 @@ def logged_uids(path: Path) -> dict[str, int]:
 def soak(reviews: int, rate: float, connections: int, work: Path) -> dict[str, object]:
     templates = bodies.bodies()
     tally = Tally()
-    samples: list[tuple[float, int]] = []
+    # (reviews answered, resident KiB), every few seconds.
+    samples: list[tuple[int, int]] = []
     with Server(FUNCTION, work) as server:
         server.wait_until_answering(templates["typical"])
         started = time.monotonic() + 0.5
@@ -142,9 +146,9 @@ def soak(reviews: int, rate: float, connections: int, work: Path) -> dict[str, o
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
             elapsed = time.monotonic() - started
-            samples.append((elapsed, resident_kib(server)))
+            samples.append((tally.answered, resident_kib(server)))
             print(
-                f"{elapsed:6.0f} s: ~{min(reviews, int(elapsed * rate)):,} reviews, "
+                f"{elapsed:6.0f} s: {tally.answered:,} reviews answered, "
                 f"RSS {samples[-1][1] / 1024:.1f} MiB, errors {sum(tally.errors.values())}",
                 file=sys.stderr,
                 flush=True,
@@ -154,7 +158,7 @@ def soak(reviews: int, rate: float, connections: int, work: Path) -> dict[str, o
         log = server.stdout_path
     counts = logged_uids(log)
     expected = {uid(index).decode() for index in range(reviews)}
-    warm = [kib for elapsed, kib in samples if elapsed * rate >= reviews * WARMUP_SHARE]
+    warm = [kib for answered, kib in samples if answered >= reviews * WARMUP_SHARE]
     baseline = warm[0] if warm else samples[0][1]
     return {
         "reviews": reviews,
