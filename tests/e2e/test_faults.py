@@ -237,8 +237,10 @@ def test_a_rotated_certificate_is_served_with_no_failed_call(
     assert failed_open == 0
     stored = {p["metadata"]["name"]: p for p in pods_in(api, namespace, metadata_only=False)}
     assert all(APPLIED in (stored[name]["metadata"].get("annotations") or {}) for name in names)
-    # Both renewals were picked up by a new connection, and the last one is served now.
-    assert log.count("TLS certificate reloaded") == 2
+    # A renewal is picked up by the next new connection; when the API server opens none
+    # between the two (a busy machine stretches the waves), both are one reload. The
+    # last certificate is what is served now either way.
+    assert log.count("TLS certificate reloaded") in (1, 2)
     assert served_cert == volume.current_cert
 
 
