@@ -23,7 +23,6 @@ IMAGE = "registry.invalid/castslice-e2e/app:1"
 
 def container(
     name: str,
-    *,
     requests: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,
     **fields: Any,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from castslice.admission import APPLIED
 from castslice.config import Config
 
-from .pods import GPU, IMAGE, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, Manifest, pod
+from .pods import GPU, IMAGE, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, Manifest, container, pod
 
 MIRROR = "kubernetes.io/config.mirror"
 # Both backends' placement keys: a Pod set by hand for one is ordinary for another.
@@ -64,20 +64,6 @@ AWKWARD_VALUES = (
     "TRAINING",
     "training ",
 )
-
-
-def container(
-    name: str,
-    requests: dict[str, str] | None = None,
-    limits: dict[str, str] | None = None,
-    **fields: Any,
-) -> Manifest:
-    resources: Manifest = {}
-    if requests is not None:
-        resources["requests"] = requests
-    if limits is not None:
-        resources["limits"] = limits
-    return {"name": name, "image": IMAGE, "resources": resources, **fields}
 
 
 def gpu(name: str, count: str = "1", **fields: Any) -> Manifest:
