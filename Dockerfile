@@ -36,4 +36,4 @@ USER 10001:10001
 ENV PORT=8080
 EXPOSE 8080
 
-CMD ["functions-framework", "--target=mutate", "--source=main.py"]
+CMD ["functions-framework", "--target=mutate", "--source=main.py", "--asgi"]

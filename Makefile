@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed
-	$(BIN)/functions-framework --target=mutate --source=main.py --port=$(PORT)
+	$(BIN)/functions-framework --target=mutate --source=main.py --asgi --port=$(PORT)
 
 test: lint unit terraform e2e
 

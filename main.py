@@ -1,9 +1,19 @@
-"""functions-framework entry point: `functions-framework --target=mutate`."""
+"""functions-framework entry point: `functions-framework --target=mutate --asgi`."""
 
 import os
+import sys
 
-import functions_framework
-from werkzeug.exceptions import HTTPException
+# functions-framework's ASGI server imports its aio module before it loads this file; its
+# Flask server does not, and would answer every review with a 500 page.
+if "functions_framework.aio" not in sys.modules:
+    raise SystemExit(
+        "castslice: serve it with functions-framework's ASGI server: "
+        "functions-framework --target=mutate --asgi"
+    )
+
+import functions_framework.aio
+from starlette.requests import Request
+from starlette.responses import Response
 
 from castslice.config import ConfigError, load_config
 from castslice.webhook import Webhook
@@ -21,10 +31,6 @@ except ConfigError as error:
     raise SystemExit(f"castslice: invalid configuration: {error}") from None
 
 
-@functions_framework.http
-def mutate(request):
-    return _webhook.serve(request)
-
-
-# functions-framework answers /robots.txt and /favicon.ico itself, with HTML.
-functions_framework.errorhandler(HTTPException)(_webhook.http_error)
+@functions_framework.aio.http
+async def mutate(request: Request) -> Response:
+    return await _webhook.serve(request)

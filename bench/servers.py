@@ -85,6 +85,7 @@ class Server:
             functions_framework_command(),
             f"--target={function.target}",
             f"--source={function.source}",
+            "--asgi",
             f"--host={HOST}",
             f"--port={self.port}",
         ]

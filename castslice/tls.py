@@ -3,20 +3,20 @@
     gunicorn --config python:castslice.tls
 
 On Cloud Run and Knative the platform terminates TLS and the container runs
-`functions-framework`, whose command line has no TLS options. In a cluster the
-API server connects to the Pod directly, so the Pod terminates TLS itself. This
-module runs the same functions-framework app under gunicorn with the
-certificate cert-manager keeps in a Secret.
+`functions-framework --asgi`, whose command line has no TLS options. In a cluster
+the API server connects to the Pod directly, so the Pod terminates TLS itself.
+This module runs the same functions-framework ASGI app on the same worker
+(gunicorn running uvicorn) with the certificate cert-manager keeps in a Secret.
 
 cert-manager renews that certificate before it expires and the kubelet swaps the
-mounted files (a symlink flip). gunicorn asks for an SSLContext on every new
-connection; `ssl_context` below hands out a cached one and rebuilds it when the
-files change, so the next connection presents the renewed certificate with no
-restart.
+mounted files (a symlink flip). uvicorn builds its SSLContext once; the context
+given to it here asks, on every TLS handshake, for the context of the current
+files (cached, rebuilt when they change) and hands the new connection to it, so
+the next connection presents the renewed certificate with no restart.
 
 gunicorn reads every module-level name that matches one of its settings; the
 helpers are private so that only the settings below are picked up. Command-line
-flags (`--bind`, `--certfile`, `--keyfile`, `--threads`) override them.
+flags (`--bind`, `--certfile`, `--keyfile`) override them.
 """
 
 from __future__ import annotations
@@ -27,28 +27,31 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from gunicorn.config import Config
+from uvicorn import Config as UvicornConfig
+from uvicorn_worker import UvicornWorker
 
 # --- gunicorn settings -------------------------------------------------------
 
-# The same app `functions-framework --target=mutate --source=main.py` serves.
-wsgi_app = "functions_framework:create_app(target='mutate', source='main.py')"
+# The same app `functions-framework --target=mutate --source=main.py --asgi` serves.
+wsgi_app = "functions_framework.aio:create_asgi_app(target='mutate', source='main.py')"
 # Loaded in the arbiter, then one worker forked, as functions-framework does: a bad
 # setting stops gunicorn at start with its message, and the metrics server
 # (castslice/metrics.py) starts in the worker right after the fork.
 preload_app = True
 bind = ["0.0.0.0:8443"]
-worker_class = "gthread"
-# One worker answering on threads; a Pod scales by replicas. The Prometheus counts live
-# in the worker's memory, so CASTSLICE_METRICS=true stops gunicorn if there are more.
+worker_class = "castslice.tls.TLSWorker"
+# One worker answering on an event loop; a Pod scales by replicas. The Prometheus counts
+# live in the worker's memory, so CASTSLICE_METRICS=true stops gunicorn if there are more.
 workers = 1
-threads = 8
 # The API server gives the webhook 5 s; a request still running after 30 s is stuck.
 timeout = 30
 graceful_timeout = 20
+# Longer than the API server keeps an idle connection open (90 s): the server never closes
+# a connection the API server may be sending its next review on, and a pause between
+# reviews costs no new TLS handshake.
+keepalive = 120
 # Where the Deployment mounts the cert-manager Secret (keys tls.crt and tls.key).
 certfile = "/etc/castslice/tls/tls.crt"
 keyfile = "/etc/castslice/tls/tls.key"
@@ -132,6 +135,27 @@ def harden(context: ssl.SSLContext) -> ssl.SSLContext:
 _contexts = ReloadingContext()
 
 
-def ssl_context(conf: Config, default_ssl_context_factory: ContextFactory) -> ssl.SSLContext:
-    """gunicorn server hook, called for every new TLS connection."""
-    return _contexts.get(conf.certfile, conf.keyfile, default_ssl_context_factory)
+class TLSWorker(UvicornWorker):
+    """functions-framework's ASGI worker, serving TLS from the current certificate files."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config.ssl_context_factory = _following_context
+
+
+def _following_context(config: UvicornConfig, default_factory: ContextFactory) -> ssl.SSLContext:
+    """The listening socket's context: each handshake moves to the current files' context."""
+
+    def current() -> ssl.SSLContext:
+        return _contexts.get(config.ssl_certfile, config.ssl_keyfile, default_factory)
+
+    def follow(connection: ssl.SSLObject, _server_name: str | None, used: ssl.SSLContext) -> None:
+        renewed = current()
+        if renewed is not used:
+            connection.context = renewed
+
+    listening = current()
+    # Called for every ClientHello, with or without a server name (the API server sends
+    # none when it calls an IP address).
+    listening.sni_callback = follow
+    return listening

@@ -6,9 +6,9 @@ import hmac
 import time
 from collections.abc import Callable
 
-import flask
 import msgspec
-from werkzeug.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from . import __version__
 from .admission import Outcome, PodAdmission
@@ -33,7 +33,7 @@ _INTERNAL_ERROR_WARNING = (
 
 
 class Reply(msgspec.Struct, frozen=True):
-    """A status and JSON body, before Flask wraps them; a Struct is built in C, per review."""
+    """A status and JSON body, before Starlette wraps them; a Struct is built in C, per review."""
 
     status: int
     body: bytes
@@ -74,44 +74,41 @@ class Webhook:
         self._log_review = log_review
         self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})
 
-    def serve(self, request: flask.Request) -> flask.Response:
-        """The functions-framework entry: a Flask request in, a JSON response out."""
+    async def serve(self, request: Request) -> Response:
+        """The functions-framework entry: a Starlette request in, a JSON response out."""
         try:
-            reply = self.route(request)
-        except HTTPException as error:  # a client that sent less than its Content-Length
-            return self.http_error(error)
+            reply = await self.route(request)
+        except ClientDisconnect:  # the caller went away before sending its whole body
+            reply = self._reject(400, "the body ended before its Content-Length")
         except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
             self._log("ERROR", f"request failed: {type(error).__name__}: {error}"[:300])
             reply = Reply(500, encode_json({"error": "internal error"}))
-        return _response(reply)
+        return Response(reply.body, reply.status, reply.headers, media_type=JSON)
 
-    def http_error(self, error: HTTPException) -> flask.Response:
-        """A JSON answer for an error raised by the framework (a reserved path, a bad read)."""
-        return _response(
-            self._reject(error.code or 400, (error.description or error.name).rstrip("."))
-        )
-
-    def route(self, request: flask.Request) -> Reply:
-        if request.method in ("GET", "HEAD"):
+    async def route(self, request: Request) -> Reply:
+        method = request.method
+        if method in ("GET", "HEAD"):
             return Reply(200, self._health)
-        if request.method != "POST":
+        if method != "POST":
             return self._reject(
                 405,
-                f"method {request.method} is not allowed; send the AdmissionReview with POST",
+                f"method {method} is not allowed; send the AdmissionReview with POST",
                 {"Allow": _ALLOWED_METHODS},
             )
-        if self.config.path_token is not None and not self._token_matches(request.path):
+        if self.config.path_token is not None and not self._token_matches(request.url.path):
             # No detail: the token is what keeps the public URL private.
             return self._reject(404, "not found")
-        # The API server sends exactly this; only other spellings need werkzeug's parser.
-        if request.environ.get("CONTENT_TYPE") != JSON and request.mimetype != JSON:
+        headers = request.headers
+        content_type = headers.get("content-type", "")
+        # The API server sends exactly this; only other spellings need parsing.
+        if content_type != JSON and _mimetype(content_type) != JSON:
             return self._reject(
-                415, f"Content-Type must be {JSON}, got {request.mimetype or 'none'!r}"
+                415, f"Content-Type must be {JSON}, got {_mimetype(content_type) or 'none'!r}"
             )
-        if _declared_length(request.environ) > MAX_BODY_BYTES:
+        if _declared_length(headers.get("content-length")) > MAX_BODY_BYTES:
             return self._too_large()
-        body = request.stream.read(MAX_BODY_BYTES + 1)
-        if len(body) > MAX_BODY_BYTES:
+        body = await _read_body(request, MAX_BODY_BYTES)
+        if body is None:
             return self._too_large()
         return self.answer(body)
 
@@ -170,13 +167,24 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
     )
 
 
-def _declared_length(environ: dict) -> int:
-    # werkzeug's content_length parses the header anew on every access; this is read once.
+def _declared_length(value: str | None) -> int:
     try:
-        return int(environ.get("CONTENT_LENGTH") or 0)
+        return int(value or 0)
     except ValueError:
         return 0
 
 
-def _response(reply: Reply) -> flask.Response:
-    return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
+def _mimetype(content_type: str) -> str:
+    return content_type.partition(";")[0].strip().lower()
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The whole body, or None once it grows past `limit` (a chunked body declares no length)."""
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -53,8 +53,6 @@ locals {
       CASTSLICE_SLICES_PER_GPU   = tostring(var.slices_per_gpu)
       CASTSLICE_SHARING_DEGREES  = join(",", [for degree in var.sharing_degrees : tostring(degree)])
       CASTSLICE_SHARING_STRATEGY = var.sharing_strategy
-      # functions-framework's gunicorn threads, matched to the requests Cloud Run sends at once.
-      THREADS = tostring(var.concurrency)
     },
     var.policy == null ? {} : { CASTSLICE_POLICY = var.policy },
   )

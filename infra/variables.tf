@@ -79,7 +79,7 @@ variable "max_instances" {
 }
 
 variable "concurrency" {
-  description = "Requests one instance serves at once (Cloud Run max_instance_request_concurrency and the functions-framework thread count)."
+  description = "Requests one instance serves at once (Cloud Run max_instance_request_concurrency)."
   type        = number
   default     = 40
 

@@ -120,3 +120,12 @@ def applied(
     annotations = marked["metadata"].setdefault("annotations", {})
     annotations[APPLIED] = json.dumps(record, separators=(",", ":"))
     return marked
+
+
+# What the API server sends with every review.
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def media_type(answer) -> str:
+    """An HTTP answer's Content-Type without its parameters."""
+    return answer.headers.get("content-type", "").partition(";")[0]

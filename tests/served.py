@@ -36,7 +36,7 @@ def environment(**settings: str) -> dict[str, str]:
 
 def functions_framework_command(port: int) -> list[str]:
     return [sys.executable, "-m", "functions_framework", "--target=mutate", "--source=main.py",
-            "--host=127.0.0.1", f"--port={port}"]  # fmt: skip
+            "--asgi", "--host=127.0.0.1", f"--port={port}"]  # fmt: skip
 
 
 def tls_command(port: int, certfile: Path, keyfile: Path) -> list[str]:

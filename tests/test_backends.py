@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from flask.testing import FlaskClient
+from starlette.testclient import TestClient
 
 from castslice.backends import sharing_degree, whole_gpus
 from castslice.config import Config
@@ -140,7 +140,7 @@ CASES = {
 
 @pytest.mark.parametrize(("backend", "env", "workload_type", "want"), CASES.values(), ids=CASES)
 def test_each_backend_rewrites_the_whole_pod(
-    make_client: Callable[..., FlaskClient],
+    make_client: Callable[..., TestClient],
     backend: str,
     env: dict,
     workload_type: str,
@@ -159,7 +159,7 @@ def test_each_backend_rewrites_the_whole_pod(
     assert "warnings" not in response
 
 
-def test_whole_gpus_for_more_than_one_gpu_of_slices(make_client: Callable[..., FlaskClient]):
+def test_whole_gpus_for_more_than_one_gpu_of_slices(make_client: Callable[..., TestClient]):
     client = make_client(CASTSLICE_BACKEND="gke")
     pod = gpu_pod(count="2")
     pod["metadata"]["annotations"]["castops.io/slice-ratio"] = "6"
@@ -215,7 +215,7 @@ AVOID = {"key": GKE_STRATEGY, "operator": "DoesNotExist"}
     ids=["none", "pod-affinity", "empty-node-affinity", "preferred-only", "every-term-anded"],
 )
 def test_whole_gpus_on_gke_keep_off_sharing_nodes_whatever_affinity_there_is(
-    make_client: Callable[..., FlaskClient], affinity: dict, want: dict
+    make_client: Callable[..., TestClient], affinity: dict, want: dict
 ) -> None:
     client = make_client(CASTSLICE_BACKEND="gke")
     pod = gpu_pod("training")
@@ -226,7 +226,7 @@ def test_whole_gpus_on_gke_keep_off_sharing_nodes_whatever_affinity_there_is(
 
 
 def test_node_affinity_on_a_placement_label_is_hand_placed(
-    make_client: Callable[..., FlaskClient],
+    make_client: Callable[..., TestClient],
 ) -> None:
     client = make_client(CASTSLICE_BACKEND="gke")
     pod = gpu_pod("dev")
@@ -244,7 +244,7 @@ def test_node_affinity_on_a_placement_label_is_hand_placed(
     ]
 
 
-def test_existing_node_selector_keeps_its_keys(make_client: Callable[..., FlaskClient]) -> None:
+def test_existing_node_selector_keeps_its_keys(make_client: Callable[..., TestClient]) -> None:
     client = make_client(CASTSLICE_BACKEND="nvidia")
     pod = gpu_pod("dev", nodeSelector={"kubernetes.io/arch": "amd64"})
     response = review_response(client, make_review(pod))
@@ -263,7 +263,7 @@ def test_existing_node_selector_keeps_its_keys(make_client: Callable[..., FlaskC
     ],
 )
 def test_hand_placed_pod_is_left_alone_with_a_warning(
-    make_client: Callable[..., FlaskClient], backend: str, key: str
+    make_client: Callable[..., TestClient], backend: str, key: str
 ) -> None:
     client = make_client(CASTSLICE_BACKEND=backend)
     pod = gpu_pod("dev", nodeSelector={key: "2"})
@@ -273,7 +273,7 @@ def test_hand_placed_pod_is_left_alone_with_a_warning(
     assert key in warning and "unchanged" in warning and len(warning) <= 120
 
 
-def test_fewer_gpus_than_asked_is_said(make_client: Callable[..., FlaskClient]) -> None:
+def test_fewer_gpus_than_asked_is_said(make_client: Callable[..., TestClient]) -> None:
     client = make_client(CASTSLICE_BACKEND="nvidia")
     response = review_response(client, make_review(gpu_pod(count="2")))
     assert response["warnings"] == [
@@ -286,7 +286,7 @@ def test_fewer_gpus_than_asked_is_said(make_client: Callable[..., FlaskClient]) 
 @pytest.mark.parametrize("backend", ["resource", "nvidia", "gke"])
 @pytest.mark.parametrize("workload_type", ["dev", "inference", "training"])
 def test_a_pod_with_the_record_is_never_changed_again(
-    make_client: Callable[..., FlaskClient], backend: str, workload_type: str
+    make_client: Callable[..., TestClient], backend: str, workload_type: str
 ) -> None:
     client = make_client(CASTSLICE_BACKEND=backend, CASTSLICE_SHARING_DEGREES="2,4")
     pod = gpu_pod(workload_type, count="3")
@@ -297,7 +297,7 @@ def test_a_pod_with_the_record_is_never_changed_again(
 
 
 def test_requests_and_limits_stay_equal_when_only_the_count_changes(
-    make_client: Callable[..., FlaskClient],
+    make_client: Callable[..., TestClient],
 ) -> None:
     client = make_client(CASTSLICE_BACKEND="gke")
     pod = make_pod(opted_in(), containers=[container("app", requests={GPU: "3"})])

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from flask.testing import FlaskClient
+from starlette.testclient import TestClient
 
 from castslice import cli
 from castslice.manifests import MAX_FILE_BYTES
@@ -144,7 +144,7 @@ def reference(manifest: dict) -> str:
     return f"{manifest['kind']} {metadata.get('namespace', 'default')}/{name}"
 
 
-def functions_answer(client: FlaskClient, manifest: dict) -> tuple[dict, list[str]]:
+def functions_answer(client: TestClient, manifest: dict) -> tuple[dict, list[str]]:
     """The manifest as the deployed function leaves its Pods, and what it warns about it."""
     found = pod_of(manifest)
     if found is None:
@@ -168,7 +168,7 @@ def functions_answer(client: FlaskClient, manifest: dict) -> tuple[dict, list[st
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_each_golden_is_what_the_function_does(
-    make_client: Callable[..., FlaskClient], backend: str, case: str
+    make_client: Callable[..., TestClient], backend: str, case: str
 ) -> None:
     client = make_client(**BACKENDS[backend])
     shown = [

@@ -122,26 +122,41 @@ def test_path_token_is_never_echoed() -> None:
     assert "secret" not in str(raised.value)
 
 
-def test_invalid_configuration_stops_the_server_at_start() -> None:
-    environment = {**os.environ, "CASTSLICE_MAX_SLICE_RATIO": "lots"}
-    started = subprocess.run(
+def _start(*flags: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """functions-framework started on main.py with `flags`, where it must stop at once."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "functions_framework",
             "--target=mutate",
             "--source=main.py",
+            *flags,
             "--host=127.0.0.1",
             "--port=0",
         ],
         cwd=ROOT,
-        env=environment,
+        env={**os.environ, **settings},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_invalid_configuration_stops_the_server_at_start() -> None:
+    started = _start("--asgi", CASTSLICE_MAX_SLICE_RATIO="lots")
     assert started.returncode != 0
     assert started.stderr.strip().splitlines()[-1] == (
         "castslice: invalid configuration: CASTSLICE_MAX_SLICE_RATIO='lots' "
         "must be a whole number from 1 to 1000000"
+    )
+
+
+def test_the_flask_server_is_refused_with_the_command_to_use() -> None:
+    # Without --asgi functions-framework would serve main.py with Flask: a 500 per review.
+    started = _start()
+    assert started.returncode != 0
+    assert started.stderr.strip().splitlines()[-1] == (
+        "castslice: serve it with functions-framework's ASGI server: "
+        "functions-framework --target=mutate --asgi"
     )

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 from castslice.config import Config, ConfigError, load_config
 from castslice.enrolment import (
@@ -316,7 +316,7 @@ def test_each_invalid_policy_is_refused_naming_the_rule_and_field(text: str, mes
 
 
 def test_an_invalid_policy_stops_the_function_at_start(
-    make_client: Callable[..., FlaskClient],
+    make_client: Callable[..., TestClient],
 ) -> None:
     with pytest.raises(SystemExit, match=r'CASTSLICE_POLICY: rule 1 \("a"\): optimize: required'):
         make_client(CASTSLICE_POLICY="rules: [{name: a}]")
@@ -568,7 +568,7 @@ def test_without_a_policy_only_exactly_true_opts_in() -> None:
 
 
 @pytest.fixture
-def research_client(make_client: Callable[..., FlaskClient]) -> FlaskClient:
+def research_client(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client(CASTSLICE_POLICY=ENROL_AND_EXCLUDE.document)
 
 
@@ -585,7 +585,7 @@ def review_in(namespace: str, pod: dict) -> dict:
 
 
 def test_an_enrolled_unannotated_gpu_pod_is_sliced_and_says_which_rule(
-    research_client: FlaskClient, capsys: pytest.CaptureFixture
+    research_client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     pod = pod_in("research")
     response = review_response(research_client, review_in("research", pod))
@@ -613,7 +613,7 @@ def test_an_enrolled_unannotated_gpu_pod_is_sliced_and_says_which_rule(
     ],
 )
 def test_the_pods_own_slice_annotations_override_the_rule(
-    research_client: FlaskClient, annotations: dict, slices: int, source: str
+    research_client: TestClient, annotations: dict, slices: int, source: str
 ) -> None:
     pod = pod_in("research", annotations)
     response = review_response(research_client, review_in("research", pod))
@@ -628,7 +628,7 @@ def test_the_pods_own_slice_annotations_override_the_rule(
 
 
 def test_an_invalid_pod_value_falls_back_to_the_rule_and_says_so(
-    research_client: FlaskClient,
+    research_client: TestClient,
 ) -> None:
     pod = pod_in("research", {"castops.io/slice-ratio": "x"})
     response = review_response(research_client, review_in("research", pod))
@@ -649,7 +649,7 @@ def test_an_invalid_pod_value_falls_back_to_the_rule_and_says_so(
     ],
 )
 def test_pods_the_policy_does_not_enrol_pass_untouched(
-    research_client: FlaskClient,
+    research_client: TestClient,
     capsys: pytest.CaptureFixture,
     namespace: str,
     annotations: dict | None,
@@ -663,14 +663,14 @@ def test_pods_the_policy_does_not_enrol_pass_untouched(
     assert (line["decision"], line["reason"], line.get("source")) == ("skipped", reason, source)
 
 
-def test_an_enrolled_pod_without_a_gpu_is_unchanged(research_client: FlaskClient) -> None:
+def test_an_enrolled_pod_without_a_gpu_is_unchanged(research_client: TestClient) -> None:
     pod = pod_in("research", containers=[container(limits={"cpu": "1"})])
     response = review_response(research_client, review_in("research", pod))
     assert apply_response(pod, response) == pod
 
 
 def test_labels_select_pods_through_the_entry_point(
-    make_client: Callable[..., FlaskClient],
+    make_client: Callable[..., TestClient],
 ) -> None:
     client = make_client(
         CASTSLICE_POLICY=rules_json(
@@ -700,7 +700,7 @@ def test_rule_names_of_every_printable_length_keep_warnings_short() -> None:
             assert "; using 999999 slices from rule " in warning
 
 
-def test_a_gpu_request_in_any_container_kind_is_rewritten(research_client: FlaskClient) -> None:
+def test_a_gpu_request_in_any_container_kind_is_rewritten(research_client: TestClient) -> None:
     pod = pod_in(
         "research",
         containers=[container("app")],

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from flask.testing import FlaskClient
+from starlette.testclient import TestClient
 
 from castslice import __version__
 from tests.factories import (
     GPU,
+    JSON_HEADERS,
     SHARED,
     applied,
     apply_response,
@@ -17,21 +18,22 @@ from tests.factories import (
     gpu_container,
     make_pod,
     make_review,
+    media_type,
     opted_in,
 )
 
 TOKEN = "k7Qm2pX9vR4tY8wZ"
 
 
-def post(client: FlaskClient, review: dict, path: str = "/?timeout=5s"):
-    return client.post(path, data=json.dumps(review), content_type="application/json")
+def post(client: TestClient, review: dict, path: str = "/?timeout=5s"):
+    return client.post(path, content=json.dumps(review), headers=JSON_HEADERS)
 
 
-def review_response(client: FlaskClient, review: dict, path: str = "/?timeout=5s") -> dict:
+def review_response(client: TestClient, review: dict, path: str = "/?timeout=5s") -> dict:
     answer = post(client, review, path)
     assert answer.status_code == 200
-    assert answer.mimetype == "application/json"
-    body = answer.get_json()
+    assert media_type(answer) == "application/json"
+    body = answer.json()
     assert body["apiVersion"] == "admission.k8s.io/v1"
     assert body["kind"] == "AdmissionReview"
     assert body["response"]["uid"] == review["request"]["uid"]
@@ -43,7 +45,7 @@ def log_lines(capsys: pytest.CaptureFixture) -> list[dict]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
-def test_opted_in_pod_is_rewritten(client: FlaskClient) -> None:
+def test_opted_in_pod_is_rewritten(client: TestClient) -> None:
     pod = make_pod(
         opted_in(**{"castops.io/workload-type": "training"}),
         init_containers=[container("fetch", limits={GPU: "1"})],
@@ -67,7 +69,7 @@ def test_opted_in_pod_is_rewritten(client: FlaskClient) -> None:
 
 
 @pytest.mark.parametrize("path", ["/", "/?timeout=5s", "/mutate", "/a/b/c?timeout=10s&x=1"])
-def test_any_path_serves_reviews(client: FlaskClient, path: str) -> None:
+def test_any_path_serves_reviews(client: TestClient, path: str) -> None:
     pod = make_pod(opted_in())
     expected = make_pod(
         opted_in(), containers=[container(requests={"cpu": "1", SHARED: "1"}, limits={SHARED: "1"})]
@@ -114,19 +116,19 @@ def test_any_path_serves_reviews(client: FlaskClient, path: str) -> None:
         "already-rewritten",
     ],
 )
-def test_untouched_requests_are_allowed_without_a_patch(client: FlaskClient, review: dict) -> None:
+def test_untouched_requests_are_allowed_without_a_patch(client: TestClient, review: dict) -> None:
     response = review_response(client, review)
     assert response == {"uid": review["request"]["uid"], "allowed": True}
 
 
-def test_dry_run_gets_the_same_answer(client: FlaskClient) -> None:
+def test_dry_run_gets_the_same_answer(client: TestClient) -> None:
     pod = make_pod(opted_in(**{"castops.io/slice-ratio": "3"}))
     assert review_response(client, make_review(pod, dry_run=True)) == review_response(
         client, make_review(pod, dry_run=False)
     )
 
 
-def test_invalid_annotation_warns_and_uses_fallback(client: FlaskClient) -> None:
+def test_invalid_annotation_warns_and_uses_fallback(client: TestClient) -> None:
     pod = make_pod(opted_in(**{"castops.io/slice-ratio": "1.5", "castops.io/workload-type": "dev"}))
     response = review_response(client, make_review(pod))
     assert response["warnings"] == [
@@ -140,7 +142,7 @@ def test_invalid_annotation_warns_and_uses_fallback(client: FlaskClient) -> None
     }
 
 
-def test_opted_in_without_gpu_still_reports_bad_annotations(client: FlaskClient) -> None:
+def test_opted_in_without_gpu_still_reports_bad_annotations(client: TestClient) -> None:
     pod = make_pod(opted_in(**{"castops.io/workload-type": "x"}), containers=[container()])
     response = review_response(client, make_review(pod))
     assert "patch" not in response and "patchType" not in response
@@ -148,7 +150,7 @@ def test_opted_in_without_gpu_still_reports_bad_annotations(client: FlaskClient)
 
 
 def test_pod_it_cannot_read_is_admitted_with_a_warning(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     pod = make_pod(opted_in())
     pod["spec"]["containers"] = "not-a-list"
@@ -166,7 +168,7 @@ def test_pod_it_cannot_read_is_admitted_with_a_warning(
 
 
 def test_unexpected_error_admits_the_pod(
-    client: FlaskClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A bug cannot be produced from outside on purpose, so one is planted in the policy.
     def broken(*_args: object) -> list:
@@ -181,7 +183,7 @@ def test_unexpected_error_admits_the_pod(
 
 
 def test_one_log_line_per_review_without_pod_contents(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     secret = "hunter2-do-not-log"
     pod = make_pod(
@@ -211,7 +213,7 @@ def test_one_log_line_per_review_without_pod_contents(
 
 
 def test_generate_name_is_logged_when_there_is_no_name(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     pod = make_pod(opted_in())
     del pod["metadata"]["name"]
@@ -221,11 +223,11 @@ def test_generate_name_is_logged_when_there_is_no_name(
     assert line["pod"] == "trainer-7d9f-"
 
 
-def test_health_document_on_any_path(client: FlaskClient) -> None:
+def test_health_document_on_any_path(client: TestClient) -> None:
     for path in ("/", "/healthz", "/anything/else?x=1"):
         answer = client.get(path)
-        assert answer.status_code == 200 and answer.mimetype == "application/json"
-        assert answer.get_json() == {"status": "ok", "name": "castslice", "version": __version__}
+        assert answer.status_code == 200 and media_type(answer) == "application/json"
+        assert answer.json() == {"status": "ok", "name": "castslice", "version": __version__}
     assert client.head("/").status_code == 200
 
 
@@ -300,14 +302,14 @@ VALID = json.dumps(make_review(make_pod(opted_in()))).encode()
     ],
 )
 def test_invalid_reviews_get_a_clear_error(
-    client: FlaskClient, body: bytes, status: int, error: str
+    client: TestClient, body: bytes, status: int, error: str
 ) -> None:
-    answer = client.post("/", data=body, content_type="application/json")
+    answer = client.post("/", content=body, headers=JSON_HEADERS)
     assert answer.status_code == status
-    assert answer.mimetype == "application/json"
-    assert answer.get_json()["error"].startswith(error)
+    assert media_type(answer) == "application/json"
+    assert answer.json()["error"].startswith(error)
     # The process keeps serving.
-    assert client.post("/", data=VALID, content_type="application/json").status_code == 200
+    assert client.post("/", content=VALID, headers=JSON_HEADERS).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -320,33 +322,35 @@ def test_invalid_reviews_get_a_clear_error(
         ("Application/JSON", 200),
     ],
 )
-def test_content_type_must_be_json(client: FlaskClient, content_type: str | None, status: int):
-    answer = client.post("/", data=VALID, content_type=content_type)
+def test_content_type_must_be_json(client: TestClient, content_type: str | None, status: int):
+    answer = client.post(
+        "/", content=VALID, headers={"Content-Type": content_type} if content_type else {}
+    )
     assert answer.status_code == status
     if status == 415:
-        assert answer.get_json()["error"].startswith("Content-Type must be application/json")
+        assert answer.json()["error"].startswith("Content-Type must be application/json")
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "OPTIONS"])
-def test_other_methods_are_refused(client: FlaskClient, method: str) -> None:
-    answer = client.open("/", method=method, data=VALID, content_type="application/json")
+def test_other_methods_are_refused(client: TestClient, method: str) -> None:
+    answer = client.request(method, "/", content=VALID, headers=JSON_HEADERS)
     assert answer.status_code == 405
     assert answer.headers["Allow"] == "GET, HEAD, POST"
-    assert answer.get_json() == {
+    assert answer.json() == {
         "error": f"method {method} is not allowed; send the AdmissionReview with POST"
     }
 
 
-def test_bodies_over_7_mib_are_refused(client: FlaskClient) -> None:
+def test_bodies_over_7_mib_are_refused(client: TestClient) -> None:
     limit = 7 * 1024 * 1024
     padded = VALID[:-1] + b', "padding": "' + b"x" * (limit - len(VALID) - 16) + b'"}'
     assert len(padded) <= limit
-    assert client.post("/", data=padded, content_type="application/json").status_code == 200
+    assert client.post("/", content=padded, headers=JSON_HEADERS).status_code == 200
     oversized = padded[:-2] + b'xx"}'
     assert len(oversized) == len(padded) + 2 > limit
-    answer = client.post("/", data=oversized, content_type="application/json")
+    answer = client.post("/", content=oversized, headers=JSON_HEADERS)
     assert answer.status_code == 413
-    assert answer.get_json() == {"error": f"the body is larger than {limit} bytes (7 MiB)"}
+    assert answer.json() == {"error": f"the body is larger than {limit} bytes (7 MiB)"}
 
 
 def test_path_token_guards_reviews(make_client) -> None:
@@ -364,7 +368,7 @@ def test_path_token_guards_reviews(make_client) -> None:
         f"/{TOKEN.upper()}",
     ):
         answer = post(client, make_review(pod), path)
-        assert (answer.status_code, answer.get_json()) == (404, {"error": "not found"}), path
+        assert (answer.status_code, answer.json()) == (404, {"error": "not found"}), path
     # Health stays reachable for probes on any path.
     assert client.get("/").status_code == 200
 
@@ -392,9 +396,10 @@ def test_configured_resources_and_presets(make_client) -> None:
 
 
 @pytest.mark.parametrize("path", ["/robots.txt", "/favicon.ico"])
-def test_paths_the_framework_reserves_answer_json_too(client: FlaskClient, path: str) -> None:
-    # functions-framework serves these two itself; their 404 must not be an HTML page.
-    for method in ("GET", "POST"):
-        answer = client.open(path, method=method, data=VALID, content_type="application/json")
-        assert (answer.status_code, answer.mimetype) == (404, "application/json")
-        assert answer.get_json() == {"error": "Not Found"}
+def test_paths_the_framework_reserves(client: TestClient, path: str) -> None:
+    # functions-framework answers GET on these two itself: a plain 404, never an HTML page.
+    answer = client.get(path)
+    assert (answer.status_code, media_type(answer), answer.text) == (404, "text/plain", "Not Found")
+    # A review sent there is still answered.
+    answer = client.post(path, content=VALID, headers=JSON_HEADERS)
+    assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from flask.testing import FlaskClient
+from starlette.testclient import TestClient
 
 from castslice import log
 from tests.factories import make_pod, make_review, opted_in
@@ -92,7 +92,7 @@ def test_a_record_that_cannot_be_encoded_costs_only_its_own_line(
 
 
 def test_a_review_is_answered_when_its_line_cannot_be_written(
-    client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reader, writer = os.pipe()
     os.close(reader)  # the log collector has gone: every write fails with EPIPE
@@ -102,10 +102,10 @@ def test_a_review_is_answered_when_its_line_cannot_be_written(
         patch.setattr(sys, "stdout", gone)
         answer = client.post("/?timeout=5s", json=make_review(make_pod(opted_in())))
     assert answer.status_code == 200
-    assert answer.get_json()["response"]["allowed"] is True
+    assert answer.json()["response"]["allowed"] is True
 
 
-# --- the real server: functions-framework, gunicorn's gthread worker, a file as stdout ---
+# --- the real server: functions-framework's ASGI server, a file as stdout ---
 
 
 @pytest.fixture(scope="module")

@@ -265,7 +265,7 @@ def test_metrics_off_opens_no_port(tmp_path: Path) -> None:
 
 
 def test_metrics_off_loads_nothing_of_prometheus_client() -> None:
-    program = "import sys, main; print('prometheus_client' in sys.modules)"
+    program = "import sys, functions_framework.aio, main; print('prometheus_client' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", program], cwd=ROOT, env=environment(), capture_output=True,
         text=True, check=True, timeout=60,

@@ -7,13 +7,23 @@ import json
 import re
 from pathlib import Path
 
-import functions_framework
 import jsonpatch
 import pytest
+from functions_framework.aio import create_asgi_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
-from tests.factories import APPLIED, GPU, POD_KIND, SHARED, decode_patch, make_review
+from tests.factories import (
+    APPLIED,
+    GPU,
+    JSON_HEADERS,
+    POD_KIND,
+    SHARED,
+    decode_patch,
+    make_review,
+    media_type,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTS = ("initContainers", "containers", "ephemeralContainers")
@@ -137,15 +147,13 @@ reviews = st.builds(
 
 @pytest.fixture(scope="module")
 def client():
-    return functions_framework.create_app(
-        target="mutate", source=str(ROOT / "main.py")
-    ).test_client()
+    return TestClient(create_asgi_app(target="mutate", source=str(ROOT / "main.py")))
 
 
 def answer(client, review: dict) -> dict:
-    reply = client.post("/?timeout=5s", data=json.dumps(review), content_type="application/json")
-    assert reply.status_code == 200 and reply.mimetype == "application/json"
-    body = reply.get_json()
+    reply = client.post("/?timeout=5s", content=json.dumps(review), headers=JSON_HEADERS)
+    assert reply.status_code == 200 and media_type(reply) == "application/json"
+    body = reply.json()
     assert set(body) == {"apiVersion", "kind", "response"}
     assert (body["apiVersion"], body["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
     response = body["response"]

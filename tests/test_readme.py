@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.factories import JSON_HEADERS
 
 README = (ROOT / "README.md").read_text()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -27,10 +28,10 @@ _EXTERNAL = ("http://", "https://", "mailto:")
 def test_curl_example_output_matches_the_readme(client) -> None:
     shown = re.search(r"decode-patch\.py\n```\n\n```\n(.*?)```", README, re.S).group(1)
     body = (ROOT / "examples" / "admission-review.json").read_bytes()
-    answer = client.post("/?timeout=5s", data=body, content_type="application/json")
+    answer = client.post("/?timeout=5s", content=body, headers=JSON_HEADERS)
     decoded = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "decode-patch.py")],
-        input=answer.data,
+        input=answer.content,
         capture_output=True,
         check=True,
     )
@@ -41,7 +42,7 @@ def test_warning_example_is_what_users_see(client) -> None:
     shown = re.search(r"^Warning: (.*)$", README, re.M).group(1)
     review = (ROOT / "examples" / "admission-review.json").read_text()
     review = review.replace('"true",', '"true", "castops.io/slice-ratio": "1.5",', 1)
-    answer = client.post("/", data=review, content_type="application/json").get_json()
+    answer = client.post("/", content=review, headers=JSON_HEADERS).json()
     assert answer["response"]["warnings"] == [shown]
 
 

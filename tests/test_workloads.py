@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from flask.testing import FlaskClient
+from starlette.testclient import TestClient
 
 from castslice.review import decode_review
 from castslice.slices import MAX_WARNING_LENGTH
@@ -102,13 +102,13 @@ def assert_warned_only(response: dict) -> list[str]:
 
 
 @pytest.fixture
-def gke(make_client: Callable[..., FlaskClient]) -> FlaskClient:
+def gke(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client(CASTSLICE_BACKEND="gke")
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_annotations_on_the_workload_itself_are_named_with_where_they_belong(
-    client: FlaskClient, kind: str
+    client: TestClient, kind: str
 ) -> None:
     manifest = workload(kind, annotations=opted_in(**{TYPE: "inference"}))
 
@@ -122,13 +122,13 @@ def test_annotations_on_the_workload_itself_are_named_with_where_they_belong(
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_a_correct_workload_gets_no_warning_and_no_patch(client: FlaskClient, kind: str) -> None:
+def test_a_correct_workload_gets_no_warning_and_no_patch(client: TestClient, kind: str) -> None:
     manifest = workload(kind, template_annotations=opted_in(**{TYPE: "inference"}))
 
     assert assert_warned_only(review_response(client, workload_review(manifest))) == []
 
 
-def test_a_cronjobs_job_template_metadata_does_not_reach_its_pods(client: FlaskClient) -> None:
+def test_a_cronjobs_job_template_metadata_does_not_reach_its_pods(client: TestClient) -> None:
     manifest = workload("CronJob", template_annotations=opted_in())
     manifest["spec"]["jobTemplate"]["metadata"] = {"annotations": {TYPE: "training"}}
 
@@ -141,7 +141,7 @@ def test_a_cronjobs_job_template_metadata_does_not_reach_its_pods(client: FlaskC
 
 
 def test_a_key_on_both_the_workload_and_its_template_is_not_a_mistake(
-    client: FlaskClient,
+    client: TestClient,
 ) -> None:
     manifest = workload("Deployment", template_annotations=opted_in(), annotations=opted_in())
 
@@ -159,7 +159,7 @@ def test_a_key_on_both_the_workload_and_its_template_is_not_a_mistake(
 )
 @pytest.mark.parametrize("kind", ["Job", "CronJob", "StatefulSet"])
 def test_invalid_values_in_the_template_get_exactly_the_pods_warnings(
-    client: FlaskClient, kind: str, annotations: dict[str, str]
+    client: TestClient, kind: str, annotations: dict[str, str]
 ) -> None:
     manifest = workload(kind, template_annotations=annotations)
 
@@ -170,7 +170,7 @@ def test_invalid_values_in_the_template_get_exactly_the_pods_warnings(
     assert warnings == pod_warnings
 
 
-def test_an_opted_in_template_without_a_gpu_request_is_pointed_out(client: FlaskClient) -> None:
+def test_an_opted_in_template_without_a_gpu_request_is_pointed_out(client: TestClient) -> None:
     manifest = workload(
         "CronJob",
         template_annotations=opted_in(**{TYPE: "batch"}),
@@ -186,7 +186,7 @@ def test_an_opted_in_template_without_a_gpu_request_is_pointed_out(client: Flask
     assert "warnings" not in review_response(client, make_review(pod_of(manifest)))
 
 
-def test_a_hand_placed_template_gets_the_pods_warning(gke: FlaskClient) -> None:
+def test_a_hand_placed_template_gets_the_pods_warning(gke: TestClient) -> None:
     manifest = workload(
         "Deployment",
         template_annotations=opted_in(**{TYPE: "dev"}),
@@ -202,7 +202,7 @@ def test_a_hand_placed_template_gets_the_pods_warning(gke: FlaskClient) -> None:
 
 
 def test_asking_for_more_gpus_than_the_slices_give_gets_the_pods_warning(
-    gke: FlaskClient,
+    gke: TestClient,
 ) -> None:
     manifest = workload(
         "Job",
@@ -244,14 +244,14 @@ def test_asking_for_more_gpus_than_the_slices_give_gets_the_pods_warning(
     ],
 )
 def test_a_template_that_is_not_opted_in_says_why_its_pods_are_not_sliced(
-    client: FlaskClient, annotations: dict[str, str], expected: list[str]
+    client: TestClient, annotations: dict[str, str], expected: list[str]
 ) -> None:
     manifest = workload("Deployment", template_annotations=annotations)
 
     assert assert_warned_only(review_response(client, workload_review(manifest))) == expected
 
 
-def test_a_decision_record_copied_into_a_template_is_pointed_out(client: FlaskClient) -> None:
+def test_a_decision_record_copied_into_a_template_is_pointed_out(client: TestClient) -> None:
     record = '{"slices":1,"source":"default","backend":"resource","original":{"main":"1"}}'
     annotations = opted_in(**{"castslice.castops.io/applied": record})
     manifest = workload("Deployment", template_annotations=annotations)
@@ -261,7 +261,7 @@ def test_a_decision_record_copied_into_a_template_is_pointed_out(client: FlaskCl
     assert warnings == ["castslice leaves the Pods of this template unchanged: already applied"]
 
 
-def test_updates_are_checked_too_and_deletes_are_not(client: FlaskClient) -> None:
+def test_updates_are_checked_too_and_deletes_are_not(client: TestClient) -> None:
     manifest = workload("Deployment", annotations=opted_in())
 
     update = assert_warned_only(review_response(client, workload_review(manifest, "UPDATE")))
@@ -282,7 +282,7 @@ def test_updates_are_checked_too_and_deletes_are_not(client: FlaskClient) -> Non
     ],
     ids=["old-version", "pod-template", "foreign-group"],
 )
-def test_other_kinds_are_neither_warned_nor_patched(client: FlaskClient, kind: dict) -> None:
+def test_other_kinds_are_neither_warned_nor_patched(client: TestClient, kind: dict) -> None:
     manifest = workload("Deployment", annotations=opted_in())
 
     response = review_response(client, make_review(manifest, kind=kind))
@@ -290,14 +290,14 @@ def test_other_kinds_are_neither_warned_nor_patched(client: FlaskClient, kind: d
     assert assert_warned_only(response) == []
 
 
-def test_a_workload_without_a_template_is_answered(client: FlaskClient) -> None:
+def test_a_workload_without_a_template_is_answered(client: TestClient) -> None:
     manifest = workload("Deployment", annotations=opted_in())
     del manifest["spec"]["template"]
 
     assert assert_warned_only(review_response(client, workload_review(manifest))) == []
 
 
-def test_long_misplaced_keys_are_shortened(client: FlaskClient) -> None:
+def test_long_misplaced_keys_are_shortened(client: TestClient) -> None:
     key = "castops.io/" + "x" * 200
     manifest = workload("CronJob", annotations={key: "true"})
     manifest["spec"]["jobTemplate"]["metadata"] = {"annotations": {key: "true"}}
@@ -310,7 +310,7 @@ def test_long_misplaced_keys_are_shortened(client: FlaskClient) -> None:
 
 
 def test_an_unreadable_template_is_admitted_with_a_warning(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     manifest = workload("Deployment", template_annotations=opted_in())
     manifest["spec"]["template"]["spec"]["containers"] = "not a list"
@@ -324,7 +324,7 @@ def test_an_unreadable_template_is_admitted_with_a_warning(
 
 
 def test_one_log_line_per_workload_review_says_what_its_pods_get(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     manifest = workload("Job", template_annotations=opted_in(**{RATIO: "x", TYPE: "training"}))
 
@@ -350,7 +350,7 @@ def test_one_log_line_per_workload_review_says_what_its_pods_get(
 
 
 def test_a_checked_workload_logs_its_decision(
-    client: FlaskClient, capsys: pytest.CaptureFixture
+    client: TestClient, capsys: pytest.CaptureFixture
 ) -> None:
     manifest = workload("StatefulSet", template_annotations={OPTIMIZE: "false"})
 

@@ -1,12 +1,14 @@
 """The benchmark's floor: the cost of functions-framework alone.
 
 It reads the body, as any webhook must, and answers a constant
-AdmissionReview. Served with the same command and settings as CastSlice, the
-difference between the two is what CastSlice itself costs.
+AdmissionReview. Served with the same command and settings as CastSlice
+(functions-framework's ASGI server), the difference between the two is what
+CastSlice itself costs.
 """
 
-import flask
-import functions_framework
+import functions_framework.aio
+from starlette.requests import Request
+from starlette.responses import Response
 
 ANSWER = (
     b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
@@ -14,7 +16,7 @@ ANSWER = (
 )
 
 
-@functions_framework.http
-def mutate(request: flask.Request) -> flask.Response:
-    request.get_data()
-    return flask.Response(ANSWER, 200, content_type="application/json")
+@functions_framework.aio.http
+async def mutate(request: Request) -> Response:
+    await request.body()
+    return Response(ANSWER, 200, media_type="application/json")

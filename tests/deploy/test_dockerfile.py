@@ -18,7 +18,7 @@ from .variants import ROOT
 
 # How the function is started in production and by the end-to-end suite
 # (which adds --host and --port).
-START_COMMAND = ["functions-framework", "--target=mutate", "--source=main.py"]
+START_COMMAND = ["functions-framework", "--target=mutate", "--source=main.py", "--asgi"]
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:

@@ -172,7 +172,6 @@ def test_the_default_settings_are_the_applications_defaults(locals_module: Local
         "CASTSLICE_SLICES_PER_GPU": "4",
         "CASTSLICE_SHARING_DEGREES": "4",
         "CASTSLICE_SHARING_STRATEGY": "time-slicing",
-        "THREADS": "40",
     }
     assert settings_of(env) == settings_of({})
 
@@ -185,7 +184,6 @@ def test_the_service_gets_the_settings_of_example_tfvars(locals_module: Locals) 
         "CASTSLICE_SHARING_DEGREES": "2,4",
         "CASTSLICE_SHARING_STRATEGY": "time-slicing",
         "CASTSLICE_PRESETS": "training=4,inference=2,batch=2,dev=1",
-        "THREADS": "40",
     }
     assert settings_of(env) == {
         "backend": "gke",
@@ -243,7 +241,7 @@ def test_non_default_settings_reach_the_application(locals_module: Locals) -> No
             concurrency="10",
         )
     )["container_env"]
-    assert env["THREADS"] == "10"
+    assert "THREADS" not in env
     assert "CASTSLICE_POLICY" not in env
     assert settings_of(env) == {
         "backend": "nvidia",

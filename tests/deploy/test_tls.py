@@ -14,6 +14,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,6 +181,25 @@ def test_it_serves_the_function_over_tls(server: Server) -> None:
         connection.close()
 
 
+def test_an_idle_connection_is_kept_for_the_next_review(server: Server) -> None:
+    # The API server reuses a connection after a pause; gunicorn's own default (2 s) would
+    # have closed it, making the next call pay a new handshake or fail open.
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=client_context(), timeout=5
+    )
+    try:
+        for pause in (0, 3):
+            time.sleep(pause)
+            connection.request("GET", "/healthz")
+            response = connection.getresponse()
+            assert response.status == 200 and response.getheader("Connection") != "close"
+            response.read()
+        # Still the first TCP connection: http.client reconnects only after a close.
+        assert connection.sock is not None
+    finally:
+        connection.close()
+
+
 def test_a_renewed_certificate_is_served_to_the_next_connection(server: Server) -> None:
     first, second = new_pair(10), new_pair(11)
     server.volume.update(first)
@@ -333,7 +353,7 @@ def test_only_intended_names_are_read_as_gunicorn_settings() -> None:
     known = {setting.name for setting in gunicorn.config.KNOWN_SETTINGS}
     settings = set(vars(castslice.tls)) & known
     assert settings == {
-        "wsgi_app", "preload_app", "bind", "worker_class", "workers", "threads", "timeout",
-        "graceful_timeout", "certfile", "keyfile", "control_socket_disable", "loglevel",
-        "ssl_context",
+        "wsgi_app", "preload_app", "bind", "worker_class", "workers", "timeout",
+        "graceful_timeout", "keepalive", "certfile", "keyfile", "control_socket_disable",
+        "loglevel",
     }  # fmt: skip

@@ -165,7 +165,7 @@ def test_kustomize_settings_stay_out_of_the_container(render_with: Render, varia
     # HOST in particular: functions-framework would listen on it.
     for name in KUSTOMIZE_SETTINGS[variant]:
         assert name not in environment
-    assert all(name.startswith("CASTSLICE_") or name == "THREADS" for name in environment)
+    assert all(name.startswith("CASTSLICE_") for name in environment)
     # The copy that feeds the replacements is local to kustomize, never applied.
     names = {obj["metadata"]["name"] for obj in objects if obj["kind"] == "ConfigMap"}
     assert not any(name.startswith("castslice-settings") for name in names)

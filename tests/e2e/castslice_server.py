@@ -255,6 +255,7 @@ class CastSliceServer:
                 "functions_framework",
                 "--target=mutate",
                 "--source=main.py",
+                "--asgi",
                 "--host=127.0.0.1",
                 f"--port={http_port}",
             ],
