@@ -16,7 +16,15 @@ from .load import LoadSettings, Point, wrk_command
 # a Python function on functions-framework can hold, and the highest cold start ratio.
 THROUGHPUT_TARGETS = {"typical": 0.85, "not-opted-in": 0.85, "large": 0.70}
 COLD_START_TARGET = 1.2
-PACKAGES = ("functions-framework", "flask", "werkzeug", "gunicorn", "msgspec")
+PACKAGES = (
+    "functions-framework",
+    "starlette",
+    "uvicorn",
+    "httptools",
+    "uvloop",
+    "gunicorn",
+    "msgspec",
+)
 
 
 @dataclass(frozen=True)
@@ -167,15 +175,13 @@ def render(run: Run) -> str:
 def _render_machine(run: Run) -> list[str]:
     machine = run.machine
     packages = ", ".join(f"{name} {version}" for name, version in machine.packages.items())
-    # functions-framework's defaults: one gunicorn worker, four threads per CPU.
-    threads = (os.cpu_count() or 1) * 4
     hardware = f"{machine.cpu}, {machine.cores} cores, {machine.memory_gib:.0f} GiB"
     return [
         f"- Machine: {hardware}, {machine.kernel}",
         f"- Python {machine.python}; {packages}; {machine.wrk}",
         (
-            "- Servers: `functions-framework --target=mutate` on 127.0.0.1 with its defaults "
-            f"(gunicorn, 1 worker, {threads} threads); CastSlice's log lines go to a file"
+            "- Servers: `functions-framework --target=mutate --asgi` on 127.0.0.1 with its "
+            "defaults (gunicorn, 1 uvicorn worker); CastSlice's log lines go to a file"
         ),
         f"- Load: {run.settings.describe()}, one server loaded at a time",
         (

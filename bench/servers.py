@@ -1,8 +1,8 @@
 """Serving a function the way production does, and measuring what its processes cost.
 
 Both the function and the floor are started with the production command,
-`functions-framework --target=... --source=...`, which runs gunicorn with
-functions-framework's default worker and thread counts.
+`functions-framework --target=... --source=... --asgi`, which runs gunicorn with
+one uvicorn worker, functions-framework's default.
 """
 
 from __future__ import annotations

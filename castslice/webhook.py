@@ -9,6 +9,7 @@ from collections.abc import Callable
 import msgspec
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from . import __version__
 from .admission import Outcome, PodAdmission
@@ -98,16 +99,15 @@ class Webhook:
         if self.config.path_token is not None and not self._token_matches(request.url.path):
             # No detail: the token is what keeps the public URL private.
             return self._reject(404, "not found")
-        headers = request.headers
-        content_type = headers.get("content-type", "")
+        content_type, declared_length = _body_headers(request.scope["headers"])
         # The API server sends exactly this; only other spellings need parsing.
         if content_type != JSON and _mimetype(content_type) != JSON:
             return self._reject(
                 415, f"Content-Type must be {JSON}, got {_mimetype(content_type) or 'none'!r}"
             )
-        if _declared_length(headers.get("content-length")) > MAX_BODY_BYTES:
+        if declared_length > MAX_BODY_BYTES:
             return self._too_large()
-        body = await _read_body(request, MAX_BODY_BYTES)
+        body = await _read_body(request.receive, MAX_BODY_BYTES)
         if body is None:
             return self._too_large()
         return self.answer(body)
@@ -167,24 +167,41 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
     )
 
 
-def _declared_length(value: str | None) -> int:
+def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+    """Content-Type and the declared Content-Length (0 when absent or not a number).
+
+    Read straight from the ASGI scope, once: Starlette's Headers would be built per request.
+    """
+    content_type, length = b"", b""
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value
+        elif name == b"content-length":
+            length = value
     try:
-        return int(value or 0)
+        declared = int(length or 0)
     except ValueError:
-        return 0
+        declared = 0
+    return content_type.decode("latin-1"), declared
 
 
 def _mimetype(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
     """The whole body, or None once it grows past `limit` (a chunked body declares no length)."""
     chunks = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             return None
+        if not message.get("more_body", False):
+            # Most bodies come in one message: nothing to join.
+            return b"".join((*chunks, chunk)) if chunks else chunk
         chunks.append(chunk)
-    return b"".join(chunks)
