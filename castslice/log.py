@@ -23,11 +23,12 @@ Severity = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 _encoder = msgspec.json.Encoder(enc_hook=str)
 _ENCODING_ERRORS = (msgspec.MsgspecError, TypeError, ValueError, RecursionError)
 # Reviews are answered on one event loop, yet a line may come from another thread too
-# (the metrics server's, a start-up hook's), all to one stdout. A single write(2) of a whole line would be atomic on a
-# pipe only up to PIPE_BUF (4 KiB on Linux), and may be cut short by a signal, leaving
-# the rest for a second write another thread's line can slip in front of. Under this
-# lock each line goes out whole, whatever stdout is: a pipe, a file, or a BufferedWriter
-# when PYTHONUNBUFFERED is not set. Uncontended it costs tens of nanoseconds.
+# (the metrics server's, a start-up hook's), all to one stdout. A single write(2) of a
+# whole line would be atomic on a pipe only up to PIPE_BUF (4 KiB on Linux), and may be
+# cut short by a signal, leaving the rest for a second write another thread's line can
+# slip in front of. Under this lock each line goes out whole, whatever stdout is: a pipe,
+# a file, or a BufferedWriter when PYTHONUNBUFFERED is not set. Uncontended it costs tens
+# of nanoseconds.
 _write_lock = threading.Lock()
 
 

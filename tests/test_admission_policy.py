@@ -21,7 +21,7 @@ from castslice.cli import main
 from castslice.config import load_config, parse_bounded_int
 from castslice.policymode import NAME, WARNING_PREFIX, expr, render, render_json, render_yaml
 from castslice.policymode.decision import ratio_pattern
-from castslice.policymode.manifests import WARNING_SLOTS
+from castslice.policymode.manifests import WARNING_SLOTS, WARNINGS_NAME
 from castslice.policymode.placement import PlacementCel
 from castslice.registration import webhook_configuration
 
@@ -40,10 +40,7 @@ BACKENDS = {
 KINDS = [
     "MutatingAdmissionPolicy",
     "MutatingAdmissionPolicyBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
+    *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3,
 ]
 
 
@@ -76,10 +73,17 @@ def test_policies_never_block_and_match_what_the_webhook_registration_matches(
     backend: str,
 ) -> None:
     config = load_config(BACKENDS[backend])
-    mutating, mutating_binding, validating, validating_binding, workloads, workload_binding = (
-        render(config)
-    )
-    for policy in (mutating, validating):
+    (
+        mutating,
+        mutating_binding,
+        audit,
+        audit_binding,
+        warnings,
+        warnings_binding,
+        workloads,
+        workload_binding,
+    ) = render(config)
+    for policy in (mutating, audit, warnings):
         spec = policy["spec"]
         assert spec["failurePolicy"] == "Ignore"
         assert spec["matchConstraints"]["resourceRules"] == [
@@ -100,16 +104,21 @@ def test_policies_never_block_and_match_what_the_webhook_registration_matches(
     assert mutating["spec"]["reinvocationPolicy"] == "Never"
     assert [m["patchType"] for m in mutating["spec"]["mutations"]] == ["JSONPatch"]
     assert mutating_binding["spec"] == {"policyName": NAME}
-    assert validating_binding["spec"] == {
-        "policyName": NAME,
-        "validationActions": ["Warn", "Audit"],
-    }
-    assert len(validating["spec"]["validations"]) == WARNING_SLOTS
-    assert [a["key"] for a in validating["spec"]["auditAnnotations"]] == [
+    # The audit annotations carry the webhook's keys: `pods.castslice.castops.io/slices`...
+    assert audit["metadata"]["name"] == NAME
+    assert audit_binding["spec"] == {"policyName": NAME, "validationActions": ["Warn", "Audit"]}
+    assert "validations" not in audit["spec"]
+    assert [a["key"] for a in audit["spec"]["auditAnnotations"]] == [
         "slices",
         "slice-source",
         "backend",
     ]
+    assert warnings_binding["spec"] == {
+        "policyName": WARNINGS_NAME,
+        "validationActions": ["Warn", "Audit"],
+    }
+    assert len(warnings["spec"]["validations"]) == WARNING_SLOTS
+    assert "auditAnnotations" not in warnings["spec"]
     # The webhook registration is the one source of what is reviewed at all.
     registration = webhook_configuration(config, url="https://castslice.example/")
     pods, workload_hook = registration["webhooks"]

@@ -22,7 +22,7 @@ COMMANDS = {
     "preview": "show manifests as CastSlice would leave the Pods they create (offline)",
     "webhook": "print the MutatingWebhookConfiguration (YAML) that registers CastSlice for a "
     "URL or a Service, with matchConditions generated from the enrolment policy",
-    "policy": "print a MutatingAdmissionPolicy and a ValidatingAdmissionPolicy (with bindings) "
+    "policy": "print a MutatingAdmissionPolicy and ValidatingAdmissionPolicies (with bindings) "
     "that do what the webhook does, for clusters on Kubernetes 1.36+",
     "doctor": "check a live installation: registration, endpoint, a dry-run Pod, nodes, "
     "Pending Pods, quotas and fail-open calls (read-only)",

@@ -1,11 +1,18 @@
 """The objects of policy mode, rendered from the same Config as the webhook.
 
 A MutatingAdmissionPolicy applies the webhook's mutation to Pods; a
-ValidatingAdmissionPolicy with `validationActions: [Warn, Audit]` gives the
-webhook's warnings and audit annotations on Pods, another its warnings on
-workloads. Each policy matches what the webhook registration sends to the
+ValidatingAdmissionPolicy gives the webhook's audit annotations on Pods, another
+(`validationActions: [Warn, Audit]`) its warnings on Pods, a third its warnings
+on workloads. Each policy matches what the webhook registration sends to the
 function (the same rules, namespace exclusions and matchConditions) and has a
 binding.
+
+The Pod warnings have a policy of their own because the API server evaluates
+every one of its WARNING_SLOTS validations for each Pod the policy matches, which
+costs a Pod create about as much as the mutating policy does: its matchConditions
+leave out, cheaply, the Pods that cannot get a warning (the common case, an
+opted-in Pod given at least what it asked for), while the audit annotations,
+which every mutated Pod gets, come from a policy without validations.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from .. import cel, registration
 from ..admission import APPLIED
 from ..config import Config
 from ..registration import DEFAULT_NAMESPACE, namespace_selector, pod_match_conditions
+from ..slices import SLICE_RATIO, WORKLOAD_TYPE
 from . import expr, messages, workloads
 from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
 from .expr import Expr, string, variable
@@ -25,9 +33,10 @@ from .placement import PlacementCel
 Manifest = dict[str, Any]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
-# The webhook's name: the validating policy's audit annotations then carry the
-# same keys as the webhook's (`pods.castslice.castops.io/slices`).
+# The webhook's name: the audit policy's annotations then carry the same keys as
+# the webhook's (`pods.castslice.castops.io/slices`).
 NAME = "pods.castslice.castops.io"
+WARNINGS_NAME = "pod-warnings.castslice.castops.io"
 LABELS = {"app.kubernetes.io/name": "castslice", "app.kubernetes.io/component": "policy"}
 MINIMUM_KUBERNETES = "1.36"
 # Warnings one object can get from a validating policy (a validation each): for a
@@ -35,10 +44,16 @@ MINIMUM_KUBERNETES = "1.36"
 # asked for. The API server's 4 KiB warning budget cuts in long before.
 WARNING_SLOTS = 64
 # The prefix the API server puts before every warning of a validating policy.
-WARNING_PREFIX = f"Validation failed for ValidatingAdmissionPolicy '{NAME}' with binding '{NAME}': "
-WORKLOAD_WARNING_PREFIX = WARNING_PREFIX.replace(NAME, workloads.NAME)
+WARNING_PREFIX = (
+    f"Validation failed for ValidatingAdmissionPolicy '{WARNINGS_NAME}' "
+    f"with binding '{WARNINGS_NAME}': "
+)
+WORKLOAD_WARNING_PREFIX = WARNING_PREFIX.replace(WARNINGS_NAME, workloads.NAME)
 
 _RECORD_MEMBERS = '"original":{'
+# A member of the record's `original` whose quantity is not exactly "1": only such a
+# container can have been given less than it asked for (a whole number above 1).
+_ASKED_MORE_THAN_ONE = r'(?s)"original":\{.*":"([^1"]|1[^"])'
 _MEMBER = '"[^"]*":"[^"]*"'
 _SEPARATOR = '":"'
 
@@ -59,6 +74,32 @@ def recorded_by_user() -> Expr:
     """
     owned = f"entry.?fieldsV1[?'f:metadata'][?'f:annotations'][?{string('f:' + APPLIED)}]"
     return f"object.metadata.?managedFields.orValue([]).exists(entry, {owned}.hasValue())"
+
+
+def may_warn(config: Config, placement: PlacementCel, annotations: Expr) -> Expr:
+    """CEL: the Pod (as mutated) can get a warning; false only when `warnings` is surely empty.
+
+    Cheap tests on the annotations stand in for the warnings' own work: a slice-ratio
+    annotation at all, a workload-type that names no preset, a decision record with
+    an asked quantity other than 1, or (no record) a placement label set by hand.
+    """
+    ratio, kind = string(SLICE_RATIO), string(WORKLOAD_TYPE)
+    applied = string(APPLIED)
+    hand_placed = (
+        f"size({placed_by_hand(placement.placement_keys)}) > 0"
+        if placement.placement_keys
+        else "false"
+    )
+    return expr.any_of(
+        f"{ratio} in {annotations}",
+        f"({kind} in {annotations} && !({annotations}[{kind}] in "
+        f"{expr.literal(list(config.presets))}))",
+        expr.if_else(
+            f"{applied} in {annotations}",
+            f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
+            hand_placed,
+        ),
+    )
 
 
 def _match_resources() -> Manifest:
@@ -197,15 +238,15 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
     ]
 
 
-def validating_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
-    placement = PlacementCel(config)
-    validations = _warning_slots()
+def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
+    """The webhook's audit annotations on the Pods the mutating policy rewrote."""
     mutated = variable("mutated")
     audit = [
         ("slices", f"string({variable('slices')})"),
         ("slice-source", variable("source")),
         ("backend", string(config.backend)),
     ]
+    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -213,15 +254,47 @@ def validating_policy(config: Config, failure_policy: str = "Ignore") -> Manifes
         "spec": {
             "failurePolicy": failure_policy,
             "matchConstraints": _match_resources(),
-            "matchConditions": _conditions(*validated_pod_conditions(config)),
-            "variables": _variables(
-                [*decision_variables(config, placement), *warning_variables(config, placement)]
+            "matchConditions": _conditions(
+                *validated_pod_conditions(config), ("recorded", recorded)
             ),
-            "validations": validations,
+            "variables": _variables(
+                [
+                    *slice_variables(config),
+                    ("recordedByUser", recorded_by_user()),
+                    (
+                        "mutated",
+                        f"{string(APPLIED)} in {variable('annotations')} && "
+                        f"!{variable('recordedByUser')}",
+                    ),
+                ]
+            ),
             "auditAnnotations": [
                 {"key": key, "valueExpression": f"{mutated} ? {value} : {string('')}"}
                 for key, value in audit
             ],
+        },
+    }
+
+
+def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
+    """The webhook's warnings on Pods, for the Pods that can get any."""
+    placement = PlacementCel(config)
+    annotations = expr.optional_map("object.?metadata.?annotations")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": WARNINGS_NAME, "labels": dict(LABELS)},
+        "spec": {
+            "failurePolicy": failure_policy,
+            "matchConstraints": _match_resources(),
+            "matchConditions": _conditions(
+                *validated_pod_conditions(config),
+                ("may-warn", expr.let("a", annotations, may_warn(config, placement, "a"))),
+            ),
+            "variables": _variables(
+                [*decision_variables(config, placement), *warning_variables(config, placement)]
+            ),
+            "validations": _warning_slots(),
         },
     }
 
@@ -268,12 +341,15 @@ def binding(kind: str, name: str = NAME) -> Manifest:
 
 
 def policies(config: Config, failure_policy: str = "Ignore") -> list[Manifest]:
-    """The mutating policy, the validating policies (Pods, workloads) and their bindings."""
+    """The mutating policy, the validating policies (Pod audit annotations, Pod warnings,
+    workload warnings) and their bindings."""
     return [
         mutating_policy(config, failure_policy),
         binding("MutatingAdmissionPolicyBinding"),
-        validating_policy(config, failure_policy),
+        audit_policy(config, failure_policy),
         binding("ValidatingAdmissionPolicyBinding"),
+        warning_policy(config, failure_policy),
+        binding("ValidatingAdmissionPolicyBinding", WARNINGS_NAME),
         workload_policy(config, failure_policy),
         binding("ValidatingAdmissionPolicyBinding", workloads.NAME),
     ]

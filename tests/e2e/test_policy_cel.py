@@ -27,7 +27,16 @@ from castslice.slices import shorten
 
 from . import celeval
 from .conftest import missing
-from .policy_shapes import AWKWARD_VALUES, crowded, generated, hand_picked, workloads
+from .pods import pod
+from .policy_shapes import (
+    AWKWARD_VALUES,
+    annotated,
+    crowded,
+    generated,
+    gpu,
+    hand_picked,
+    workloads,
+)
 from .test_policy_mode import BACKENDS, CROWDED_CONTAINERS
 from .tools import MissingTool
 
@@ -97,7 +106,7 @@ def as_admitted(manifest: dict[str, Any], patch: list[dict[str, Any]] | None) ->
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
     config = load_config(BACKENDS[backend])
-    mutating, _, validating, *_ = render(config)
+    mutating, _, audit, _, warning, *_ = render(config)
     shapes = as_sent(
         [*hand_picked(config), *generated(config, GENERATED), crowded(CROWDED_CONTAINERS)]
     )
@@ -108,14 +117,16 @@ def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
         as_admitted(shape, run.patch if run.matched else None)
         for shape, run in zip(shapes, mutations, strict=True)
     ]
-    validations = celeval.run_policy(validating, admitted, pod_requests(namespaces))
+    requests = pod_requests(namespaces)
+    validations = celeval.run_policy(warning, admitted, requests)
+    audits = celeval.run_policy(audit, admitted, requests)
     # The API server calls the webhook only for what its registration's matchConditions pass.
     registration = {"spec": {"matchConditions": pod_match_conditions(config)}}
     called = celeval.run_policy(registration, shapes, pod_requests(namespaces))
 
     differences = []
-    for shape, admitted_pod, validation, namespace, call in zip(
-        shapes, admitted, validations, namespaces, called, strict=True
+    for shape, admitted_pod, validation, audited, namespace, call in zip(
+        shapes, admitted, validations, audits, namespaces, called, strict=True
     ):
         stored, warnings, audit = (
             webhook_result(config, shape, namespace) if call.matched else (shape, [], None)
@@ -124,7 +135,7 @@ def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
         policy = (
             admitted_pod,
             (validation.messages or []) if validation.matched else [],
-            validation.audit if validation.matched else None,
+            audited.audit if audited.matched else None,
         )
         if (stored, warnings, audit) != policy:
             webhook = (stored, warnings, audit)
@@ -134,13 +145,45 @@ def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pod_given_what_it_asked_for_never_runs_the_warning_validations(backend: str) -> None:
+    """The common opted-in Pod gets no warning: the warning policy's matchConditions leave it
+    out (its validations are what policy mode would spend most of its time on), and its
+    audit annotations still come, from the policy without validations."""
+    config = load_config(BACKENDS[backend])
+    mutating, _, audit, _, warning, *_ = render(config)
+    quiet = [
+        pod("one-gpu", [gpu("main")], annotations=annotated()),
+        pod("preset", [gpu("main"), gpu("side")], annotations=annotated(type="inference")),
+        pod("init", [gpu("main")], init_containers=[gpu("fetch")], annotations=annotated()),
+    ]
+    loud = [
+        pod("ratio", [gpu("main")], annotations=annotated(ratio="x")),
+        pod("unknown-type", [gpu("main")], annotations=annotated(type="huge")),
+        pod("two-gpus", [gpu("main", "2")], annotations=annotated(type="dev")),
+    ]
+    shapes = as_sent(quiet + loud)
+    requests = pod_requests(NAMESPACES[:1] * len(shapes))
+    mutations = celeval.run_policy(mutating, shapes, requests)
+    admitted = [as_admitted(shape, run.patch) for shape, run in zip(shapes, mutations, strict=True)]
+    warned = celeval.run_policy(warning, admitted, requests)
+    audited = celeval.run_policy(audit, admitted, requests)
+    for shape, run, audit_run in zip(shapes, warned, audited, strict=True):
+        expected = PodAdmission(config).review(
+            {"uid": "u", "operation": "CREATE", "kind": _POD_KIND, "object": shape}
+        )
+        assert audit_run.audit == expected.response["auditAnnotations"]
+        assert run.matched == (shape in loud), shape["metadata"]["name"]
+        assert (run.messages or []) == expected.response.get("warnings", [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_crowded_pod_stays_far_below_the_cel_cost_limit(backend: str) -> None:
     config = load_config(BACKENDS[backend])
-    mutating, _, validating, *_ = render(config)
+    mutating, _, _, _, warning, *_ = render(config)
     pod = crowded(CROWDED_CONTAINERS)
     [mutation] = celeval.run_policy(mutating, [pod], pod_requests(NAMESPACES[:1]))
     admitted = as_admitted(pod, mutation.patch)
-    [validation] = celeval.run_policy(validating, [admitted], pod_requests(NAMESPACES[:1]))
+    [validation] = celeval.run_policy(warning, [admitted], pod_requests(NAMESPACES[:1]))
     assert len(validation.messages) == WARNING_SLOTS
     # Summed over every expression of the policy, each being limited on its own.
     assert mutation.cost < PER_CALL_LIMIT / 10
@@ -179,7 +222,7 @@ def test_any_text_is_shown_exactly_as_the_webhook_shows_it() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_both_engines_warn_alike_about_workloads(backend: str) -> None:
     config = load_config(BACKENDS[backend])
-    policy = render(config)[4]
+    policy = render(config)[6]
     objects = as_sent(workloads([*hand_picked(config), *generated(config, GENERATED_WORKLOADS)]))
     requests = []
     for index, workload in enumerate(objects):
