@@ -169,11 +169,10 @@ def mutating_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
         ("original", original_entries(config)),
         ("record", record(config.backend)),
     ]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": dict(LABELS)},
-        "spec": {
+    return _manifest(
+        "MutatingAdmissionPolicy",
+        NAME,
+        {
             "failurePolicy": failure_policy,
             "reinvocationPolicy": "Never",
             "matchConstraints": _match_resources(),
@@ -183,7 +182,7 @@ def mutating_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
                 {"patchType": "JSONPatch", "jsonPatch": {"expression": patch(config, placement)}}
             ],
         },
-    }
+    )
 
 
 def warning_variables(config: Config, placement: PlacementCel) -> Variables:
@@ -247,11 +246,10 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
         ("backend", string(config.backend)),
     ]
     recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": dict(LABELS)},
-        "spec": {
+    return _manifest(
+        "ValidatingAdmissionPolicy",
+        NAME,
+        {
             "failurePolicy": failure_policy,
             "matchConstraints": _match_resources(),
             "matchConditions": _conditions(
@@ -273,18 +271,17 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
                 for key, value in audit
             ],
         },
-    }
+    )
 
 
 def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
     """The webhook's warnings on Pods, for the Pods that can get any."""
     placement = PlacementCel(config)
     annotations = expr.optional_map("object.?metadata.?annotations")
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": WARNINGS_NAME, "labels": dict(LABELS)},
-        "spec": {
+    return _manifest(
+        "ValidatingAdmissionPolicy",
+        WARNINGS_NAME,
+        {
             "failurePolicy": failure_policy,
             "matchConstraints": _match_resources(),
             "matchConditions": _conditions(
@@ -296,24 +293,23 @@ def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
             ),
             "validations": _warning_slots(),
         },
-    }
+    )
 
 
 def workload_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
     """The validating policy that warns about workloads, as the webhook's second webhook."""
     placement = PlacementCel(config)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": workloads.NAME, "labels": dict(LABELS)},
-        "spec": {
+    return _manifest(
+        "ValidatingAdmissionPolicy",
+        workloads.NAME,
+        {
             "failurePolicy": failure_policy,
             "matchConstraints": workloads.match_resources(),
             "matchConditions": _conditions(*workloads.conditions()),
             "variables": _variables(workloads.workload_variables(config, placement)),
             "validations": _warning_slots(),
         },
-    }
+    )
 
 
 def _warning_slots() -> list[Manifest]:
@@ -332,6 +328,10 @@ def binding(kind: str, name: str = NAME) -> Manifest:
     spec: Manifest = {"policyName": name}
     if kind == "ValidatingAdmissionPolicyBinding":
         spec["validationActions"] = ["Warn", "Audit"]
+    return _manifest(kind, name, spec)
+
+
+def _manifest(kind: str, name: str, spec: Manifest) -> Manifest:
     return {
         "apiVersion": API_VERSION,
         "kind": kind,
