@@ -58,6 +58,8 @@ SETUPS = ("none", "castslice", "go", "policy", "policy floor")
 # The set-ups that rewrite the Pod; the others store it as sent.
 MUTATING = ("castslice", "go", "policy")
 FLOOR_POLICY = "floor.bench.castslice.castops.io"
+# The set-ups the API server runs itself, by the name of their MutatingAdmissionPolicy.
+POLICIES = {"policy": POD_WEBHOOK, "policy floor": FLOOR_POLICY}
 MODES = ("dry run", "create")
 APPLIED = burst.APPLIED.encode()
 # Untimed steps at the start of each round: the API server's first calls open connections.
@@ -103,7 +105,7 @@ class Setups:
     ) -> None:
         self.api = api
         self.servers = servers
-        self.available = [name for name in SETUPS if "policy" not in name or policy is not None]
+        self.available = [name for name in SETUPS if name not in POLICIES or policy is not None]
         self.namespaces = {name: f"bench-{name.replace(' ', '-')}" for name in self.available}
         for name, namespace in self.namespaces.items():
             core = kubernetes.client.CoreV1Api(api)
@@ -504,8 +506,8 @@ def main(argv: list[str] | None = None) -> int:
 def _admission_time(api: kubernetes.client.ApiClient, setup: str) -> tuple[float, float]:
     """(seconds, count) the API server has spent on calls to `setup`'s Pod webhook, or on
     evaluating the MutatingAdmissionPolicy in policy mode, as it measures them."""
-    if "policy" in setup:
-        name = POD_WEBHOOK if setup == "policy" else FLOOR_POLICY
+    if setup in POLICIES:
+        name = POLICIES[setup]
         family, label = apiserver_metrics.POLICY_DURATION, "policy"
         samples = apiserver_metrics.webhook_samples(api, prefix=family)
     else:

@@ -8,6 +8,7 @@ warnings, from the same decision on the Pod their template would produce.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -58,6 +59,8 @@ class PodAdmission:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.backend: Backend = backend_for(config)
+        # A placement depends on the slice count alone: worked out once per count.
+        self._place = functools.lru_cache(maxsize=64)(self.backend.place)
 
     def review(self, request: AdmissionRequest) -> Outcome:
         """Never denies; patches only opted-in Pods being created, never a workload."""
@@ -109,7 +112,7 @@ class PodAdmission:
             warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
             return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
 
-        placement = backend.place(decision.slices)
+        placement = self._place(decision.slices)
         operations: list[PatchOperation] = []
         original: dict[str, str] = {}
         for container in containers:

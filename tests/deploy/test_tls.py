@@ -29,6 +29,7 @@ from cryptography.x509.oid import NameOID
 
 import castslice.tls
 from tests.procs import free_port, serving
+from tests.secret_volume import SecretVolume
 
 from .variants import ROOT
 
@@ -70,35 +71,6 @@ def new_pair(serial: int) -> Pair:
             serialization.NoEncryption(),
         ),
     )
-
-
-class SecretVolume:
-    """Files laid out as the kubelet mounts a Secret: tls.crt -> ..data/tls.crt, with
-    ..data a symlink to a timestamped directory that is swapped on every update."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.versions = 0
-        for name in ("tls.crt", "tls.key"):
-            (root / name).symlink_to(Path("..data") / name)
-
-    @property
-    def certfile(self) -> Path:
-        return self.root / "tls.crt"
-
-    @property
-    def keyfile(self) -> Path:
-        return self.root / "tls.key"
-
-    def update(self, pair: Pair) -> None:
-        self.versions += 1
-        version = self.root / f"..2026_01_01_00_00_{self.versions:02d}"
-        version.mkdir()
-        (version / "tls.crt").write_bytes(pair.cert)
-        (version / "tls.key").write_bytes(pair.key)
-        staged = self.root / "..data_tmp"
-        staged.symlink_to(version.name)
-        os.replace(staged, self.root / "..data")  # the kubelet's atomic flip
 
 
 def client_context(version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
@@ -145,7 +117,8 @@ def image_app(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     volume = SecretVolume(tmp_path_factory.mktemp("tls"))
-    volume.update(new_pair(1))
+    first = new_pair(1)
+    volume.update(first.cert, first.key)
     app = image_app(tmp_path_factory.mktemp("image"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CASTSLICE_", "GUNICORN_"))}
@@ -202,15 +175,15 @@ def test_an_idle_connection_is_kept_for_the_next_review(server: Server) -> None:
 
 def test_a_renewed_certificate_is_served_to_the_next_connection(server: Server) -> None:
     first, second = new_pair(10), new_pair(11)
-    server.volume.update(first)
+    server.volume.update(first.cert, first.key)
     assert handshake(server.port, client_context())[0] == first.der
-    server.volume.update(second)
+    server.volume.update(second.cert, second.key)
     assert handshake(server.port, client_context())[0] == second.der
 
 
 def test_files_replaced_in_place_are_picked_up_too(server: Server) -> None:
     pair = new_pair(20)
-    server.volume.update(pair)
+    server.volume.update(pair.cert, pair.key)
     assert handshake(server.port, client_context())[0] == pair.der
 
     # Overwritten through new files renamed over the old ones (no symlink flip).
@@ -281,7 +254,8 @@ class TestReloadingContext:
     @pytest.fixture
     def volume(self, tmp_path: Path) -> SecretVolume:
         volume = SecretVolume(tmp_path)
-        volume.update(new_pair(40))
+        pair = new_pair(40)
+        volume.update(pair.cert, pair.key)
         return volume
 
     @staticmethod
@@ -331,17 +305,17 @@ class TestReloadingContext:
         before = self.served(good)
 
         # A certificate with another pair's key, as if the two were updated one by one.
-        volume.update(Pair(new_pair(41).cert, new_pair(42).key))
+        volume.update(new_pair(41).cert, new_pair(42).key)
         assert contexts.get(str(volume.certfile), str(volume.keyfile), build) is good
         assert self.served(good) == before
 
         fixed = new_pair(43)
-        volume.update(fixed)
+        volume.update(fixed.cert, fixed.key)
         reloaded = contexts.get(str(volume.certfile), str(volume.keyfile), build)
         assert self.served(reloaded) == fixed.der
 
     def test_without_a_good_certificate_the_error_is_raised(self, volume: SecretVolume) -> None:
-        volume.update(Pair(new_pair(44).cert, new_pair(45).key))
+        volume.update(new_pair(44).cert, new_pair(45).key)
         with pytest.raises(ssl.SSLError):
             castslice.tls.ReloadingContext().get(
                 str(volume.certfile), str(volume.keyfile), self.factory(volume)

@@ -67,7 +67,17 @@ def evaluate_many(cases: list[tuple[str, dict[str, Any]]]) -> list[Result]:
     """Evaluate each (expression, bindings); raise CelError naming the first that fails."""
     if not cases:
         return []
-    document = {"cases": [{"expression": e, "bindings": b} for e, b in cases]}
+    answers = _run({"cases": [{"expression": e, "bindings": b} for e, b in cases]})
+    results = []
+    for (expression, _), answer in zip(cases, answers, strict=True):
+        if "error" in answer:
+            raise CelError(f"{answer['error']}\nin: {expression[:2000]}")
+        results.append(Result(answer.get("value"), answer["cost"]))
+    return results
+
+
+def _run(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run of the evaluator: a JSON document in, one JSON answer per case or object out."""
     done = subprocess.run(
         [str(binary())],
         input=json.dumps(document),
@@ -76,12 +86,7 @@ def evaluate_many(cases: list[tuple[str, dict[str, Any]]]) -> list[Result]:
         timeout=300,
         check=True,
     )
-    results = []
-    for (expression, _), answer in zip(cases, json.loads(done.stdout), strict=True):
-        if "error" in answer:
-            raise CelError(f"{answer['error']}\nin: {expression[:2000]}")
-        results.append(Result(answer.get("value"), answer["cost"]))
-    return results
+    return json.loads(done.stdout)
 
 
 def evaluate(expression: str, **bindings: Any) -> Any:
@@ -112,17 +117,8 @@ def run_policy(
     audit annotations (those not null). `requests` gives each object's `request`
     (its namespace, kind...). A CEL error raises CelError.
     """
-    document = {"policy": policy["spec"], "objects": objects, "requests": requests or []}
-    done = subprocess.run(
-        [str(binary())],
-        input=json.dumps(document),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
     runs = []
-    for answer in json.loads(done.stdout):
+    for answer in _run({"policy": policy["spec"], "objects": objects, "requests": requests or []}):
         if "error" in answer:
             raise CelError(answer["error"][:3000])
         runs.append(

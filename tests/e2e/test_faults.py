@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import ssl
 import struct
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from castslice.registration import POD_WEBHOOK
 
 from ..procs import free_port, wait_until
+from ..secret_volume import SecretVolume
 from ..served import environment, serving, tls_command
 from .apiserver_metrics import (
     DURATION,
@@ -210,7 +210,7 @@ def test_a_rotated_certificate_is_served_with_no_failed_call(
     """The in-cluster variant (gunicorn serving TLS itself) while its Secret is renewed."""
     ca = CertificateAuthority("castslice-e2e-in-cluster-ca")
     volume = SecretVolume(tmp_path / "tls")
-    volume.update(ca)
+    renew(volume, ca)
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
 
     def command(port: int) -> list[str]:
@@ -241,7 +241,7 @@ def test_a_rotated_certificate_is_served_with_no_failed_call(
     # between the two (a busy machine stretches the waves), both are one reload. The
     # last certificate is what is served now either way.
     assert log.count("TLS certificate reloaded") in (1, 2)
-    assert served_cert == volume.current_cert
+    assert served_cert == _der(volume.certfile.read_bytes())
 
 
 def test_the_api_server_counts_failed_calls_by_webhook_name(
@@ -306,7 +306,7 @@ def _stream_with_renewals(
                 if wave:
                     time.sleep(WAVE_GAP)
                 if wave in (1, 2):
-                    volume.update(ca)
+                    renew(volume, ca)
                 names.extend(pool.map(lambda _: timed_create(api, namespace)[0], range(WAVE_PODS)))
     finally:
         done.set()
@@ -314,37 +314,10 @@ def _stream_with_renewals(
     return names
 
 
-class SecretVolume:
-    """Certificate files laid out as the kubelet mounts a Secret: tls.crt -> ..data/tls.crt,
-    ..data a symlink to a versioned directory, swapped in one rename on every update."""
-
-    def __init__(self, root: Path) -> None:
-        root.mkdir()
-        self.root = root
-        self.versions = 0
-        self.current_cert = b""
-        for name in ("tls.crt", "tls.key"):
-            (root / name).symlink_to(Path("..data") / name)
-
-    @property
-    def certfile(self) -> Path:
-        return self.root / "tls.crt"
-
-    @property
-    def keyfile(self) -> Path:
-        return self.root / "tls.key"
-
-    def update(self, ca: CertificateAuthority) -> None:
-        """A new key and certificate from the same CA, as cert-manager renews them."""
-        pair = ca.issue("127.0.0.1", ip_addresses=("127.0.0.1",))
-        self.versions += 1
-        version = self.root / f"..version_{self.versions:02d}"
-        version.mkdir()
-        pair.write(version, "tls")
-        staged = self.root / "..data_tmp"
-        staged.symlink_to(version.name)
-        os.replace(staged, self.root / "..data")
-        self.current_cert = _der(pair.cert_pem)
+def renew(volume: SecretVolume, ca: CertificateAuthority) -> None:
+    """A new key and certificate from the same CA, as cert-manager renews them."""
+    pair = ca.issue("127.0.0.1", ip_addresses=("127.0.0.1",))
+    volume.update(pair.cert_pem, pair.key_pem)
 
 
 class ResettingFront:
