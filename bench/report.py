@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 
-from .load import LoadSettings, Point, wrk_command
+from .load import LoadSettings, wrk_command
+from .sidebyside import Rounds, Share
 
 # Regression guards, not goals: the lowest throughput ratio of CastSlice's to the floor's
 # a Python function on functions-framework can hold, and the highest cold start ratio.
@@ -24,6 +25,10 @@ PACKAGES = (
     "uvloop",
     "gunicorn",
     "msgspec",
+)
+SERVED_AS = (
+    "`functions-framework --target=mutate --asgi` on 127.0.0.1 with its defaults "
+    "(gunicorn, 1 uvicorn worker); CastSlice's log lines go to a file"
 )
 
 
@@ -43,16 +48,14 @@ class Spread:
 
 @dataclass
 class BodyResult:
-    """Alternating measurements of CastSlice and the floor on one body."""
+    """CastSlice and the floor loaded together on one body, round after round."""
 
     name: str
     size: int
-    function: list[Point] = field(default_factory=list)
-    floor: list[Point] = field(default_factory=list)
+    rounds: Rounds
 
     def ratios(self) -> list[float]:
-        # Each round measures the pair back to back, so the ratio cancels slow drift.
-        return [mine.rps / base.rps for mine, base in zip(self.function, self.floor, strict=True)]
+        return self.rounds.throughput_ratios()
 
     @property
     def target(self) -> float:
@@ -128,6 +131,13 @@ class Run:
         }
 
 
+def software(python: str | None = None, packages: dict[str, str] | None = None) -> str:
+    """The Python and server packages a run used, in one phrase."""
+    python = python or platform.python_version()
+    packages = packages or {name: metadata.version(name) for name in PACKAGES}
+    return f"Python {python}; " + ", ".join(f"{name} {v}" for name, v in packages.items())
+
+
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -144,19 +154,22 @@ def render(run: Run) -> str:
             "",
             "## Guard ratios (CastSlice ÷ floor, same run)",
             "",
-            f"Median of {run.rounds} alternating rounds, with the lowest and highest in brackets.",
+            (
+                f"Median of {run.rounds} rounds, with the lowest and highest in brackets; in "
+                "each round both servers share one CPU, so their throughputs compare their costs."
+            ),
             "",
             "| measure | ratio (min–max) | target | met |",
             "|---|---|---|---|",
             *(_target_row(body) for body in run.bodies),
             _cold_start_target_row(run.cold_start),
             "",
-            "## Throughput, latency and CPU time per request",
+            "## Throughput and CPU time per request",
             "",
-            f"Medians of {run.rounds} rounds; {run.settings.describe()}.",
+            f"Medians of {run.rounds} rounds; {run.settings.describe()}, for each server.",
             "",
-            "| body | size | server | req/s | p50 ms | p99 ms | CPU ms/req | other load |",
-            "|---|---:|---|---:|---:|---:|---:|---:|",
+            "| body | size | server | req/s, sharing one CPU | CPU ms/req |",
+            "|---|---:|---|---:|---:|",
             *(row for body in run.bodies for row in _body_rows(body)),
             "",
             "## Cold start",
@@ -174,20 +187,18 @@ def render(run: Run) -> str:
 
 def _render_machine(run: Run) -> list[str]:
     machine = run.machine
-    packages = ", ".join(f"{name} {version}" for name, version in machine.packages.items())
     hardware = f"{machine.cpu}, {machine.cores} cores, {machine.memory_gib:.0f} GiB"
     return [
         f"- Machine: {hardware}, {machine.kernel}",
-        f"- Python {machine.python}; {packages}; {machine.wrk}",
+        f"- {software(machine.python, machine.packages)}; {machine.wrk}",
+        f"- Servers: {SERVED_AS}",
         (
-            "- Servers: `functions-framework --target=mutate --asgi` on 127.0.0.1 with its "
-            "defaults (gunicorn, 1 uvicorn worker); CastSlice's log lines go to a file"
+            f"- Load: {run.settings.describe()}; both servers pinned to one CPU, each loaded "
+            "at the same time by its own wrk on the other"
         ),
-        f"- Load: {run.settings.describe()}, one server loaded at a time",
         (
             f"- Load average (1, 5, 15 min) at start {machine.load_average_start}, "
-            f"at end {machine.load_average_end}; *other load* is the CPU (in cores) used "
-            "by neither the server nor wrk during a point"
+            f"at end {machine.load_average_end}"
         ),
     ]
 
@@ -215,14 +226,11 @@ def _cold_start_target_row(cold_start: ColdStartResult) -> str:
 
 def _body_rows(body: BodyResult) -> list[str]:
     rows = []
-    for server, points in (("castslice", body.function), ("floor", body.floor)):
+    for server, shares in (("castslice", body.rounds.server), ("floor", body.rounds.baseline)):
         rows.append(
             f"| {body.name} | {_size(body.size)} | {server} "
-            f"| {_median(points, 'rps'):,.0f} "
-            f"| {_median(points, 'p50_ms'):.2f} "
-            f"| {_median(points, 'p99_ms'):.2f} "
-            f"| {_median(points, 'cpu_ms_per_request'):.3f} "
-            f"| {_median(points, 'other_load'):.2f} |"
+            f"| {_median(shares, 'rps'):,.0f} "
+            f"| {_median(shares, 'cpu_ms_per_request'):.3f} |"
         )
     return rows
 
@@ -232,8 +240,8 @@ def _cold_start_row(server: str, seconds: list[float]) -> str:
     return f"| {server} | {spread.median:.0f} | {spread.low:.0f}–{spread.high:.0f} |"
 
 
-def _median(points: list[Point], attribute: str) -> float:
-    return statistics.median(getattr(point, attribute) for point in points)
+def _median(shares: list[Share], attribute: str) -> float:
+    return statistics.median(getattr(share, attribute) for share in shares)
 
 
 def _size(size: int) -> str:

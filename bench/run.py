@@ -4,8 +4,8 @@ First what a user feels: Pod create latency through a real kube-apiserver with
 no admission, CastSlice, a Go reference webhook and CastSlice's policy mode, side
 by side (bench/e2e_latency.py). Then the regression guard: CastSlice against the
 floor (functions-framework answering a constant), both served as in production
-on 127.0.0.1; wrk loads one at a time, alternating round after round, so every
-ratio compares two points measured moments apart on the same machine.
+on 127.0.0.1 and loaded at the same time on one shared CPU (bench/sidebyside.py),
+so that noise on the machine slows both alike and cancels out of their ratio.
 """
 
 from __future__ import annotations
@@ -21,20 +21,19 @@ from pathlib import Path
 from . import bodies as benchmark_bodies
 from . import e2e_latency
 from .coldstart import cold_start_seconds
-from .load import LoadSettings, measure
+from .load import LoadSettings
 from .report import BodyResult, ColdStartResult, Machine, Run, load_average, render
 from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server
+from .sidebyside import require_two_cpus, side_by_side, spread
 
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.md"
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    # Many short rounds beat a few long ones: a ratio compares two points taken a few
-    # seconds apart, so the shorter they are, the less machine noise gets between them.
-    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds per body")
-    parser.add_argument("--seconds", type=int, default=2, help="measured seconds per point")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds before a point")
+    parser.add_argument("--rounds", type=int, default=15, help="side-by-side rounds per body")
+    parser.add_argument("--seconds", type=int, default=2, help="measured seconds per round")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up seconds before a round")
     parser.add_argument("--connections", type=int, default=8, help="wrk connections")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--cold-starts", type=int, default=15, help="cold starts per server")
@@ -72,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
     """The throughput guard against the floor; prints and writes its report."""
+    require_two_cpus("the throughput guard")
     settings = LoadSettings(
         threads=arguments.threads,
         connections=arguments.connections,
@@ -105,26 +105,17 @@ def measure_throughput(
     rounds: int,
     work: Path,
 ) -> list[BodyResult]:
-    """Every body, `rounds` times, CastSlice and floor back to back in alternating order."""
-    results = {name: BodyResult(name, path.stat().st_size) for name, path in body_files.items()}
+    """Every body, `rounds` times, CastSlice and the floor loaded together."""
+    results = []
     with Server(source, work) as function, Server(FLOOR, work) as floor:
         for name, path in body_files.items():
             check_answers(function, floor, name, path.read_bytes())
-        for round_index in range(rounds):
-            for name, path in body_files.items():
-                # Swapping who goes first each round keeps a steady drift in machine
-                # load from favouring either side.
-                order = [(function, "function"), (floor, "floor")]
-                if round_index % 2:
-                    order.reverse()
-                for server, side in order:
-                    point = measure(server, path, settings)
-                    getattr(results[name], side).append(point)
-                    _progress(
-                        f"round {round_index + 1}/{rounds} {name:>12} "
-                        f"{server.function.name:>9}: {point.rps:7.0f} req/s"
-                    )
-    return list(results.values())
+        for name, path in body_files.items():
+            rounds_together = side_by_side(function, floor, path, settings, rounds)
+            result = BodyResult(name, path.stat().st_size, rounds_together)
+            results.append(result)
+            _progress(f"{name:>12}: castslice ÷ floor {spread(result.ratios())}")
+    return results
 
 
 def check_answers(function: Server, floor: Server, name: str, body: bytes) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bodies
-from .report import load_average
+from .report import SERVED_AS, load_average, software
 from .servers import FUNCTION, HOST, REPO, REVIEW_PATH, Server, _process_tree
 
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "soak.md"
@@ -174,7 +174,7 @@ def soak(reviews: int, rate: float, connections: int, work: Path) -> dict[str, o
     }
 
 
-def render(result: dict[str, object], command: str, load: tuple[str, str]) -> str:
+def render(result: dict[str, object], command: str, started: str, load: tuple[str, str]) -> str:
     growth = float(result["growth"])  # type: ignore[arg-type]
     passed = (
         not result["errors"]
@@ -186,9 +186,10 @@ def render(result: dict[str, object], command: str, load: tuple[str, str]) -> st
         [
             "# Soak: reviews at a steady rate",
             "",
-            f"`{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
-            f"at start {load[0]}, at end {load[1]}.",
+            f"`{command}` on {started}; load average at start {load[0]}, at end {load[1]}.",
             "",
+            f"- Server: {SERVED_AS}",
+            f"- {software()}",
             f"- {result['reviews']:,} reviews in {result['seconds']:.0f} s "
             f"({result['rate']:.0f}/s), errors: {result['errors'] or 'none'}",
             f"- resident memory after the warm-up ({WARMUP_SHARE:.0%} of the reviews) "
@@ -211,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     arguments = parser.parse_args(argv)
     command = " ".join(["python -m bench.soak", *(sys.argv[1:] if argv is None else argv)])
-    load_start = load_average()
+    started, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_average()
     with tempfile.TemporaryDirectory(prefix="castslice-soak-") as scratch:
         result = soak(arguments.reviews, arguments.rate, arguments.connections, Path(scratch))
-    report = render(result, command, (load_start, load_average()))
+    report = render(result, command, started, (load_start, load_average()))
     print(report)
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(report)

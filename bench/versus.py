@@ -18,7 +18,6 @@ that tree on PYTHONPATH). Needs two CPUs and wrk.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import tempfile
@@ -29,9 +28,7 @@ from .load import LoadSettings
 from .report import Machine, load_average
 from .run import check_answers
 from .servers import FLOOR, REPO, FunctionSource, Server
-from .sidebyside import load_together as _load_together
-from .sidebyside import pin as _pin
-from .sidebyside import spread as _spread
+from .sidebyside import require_two_cpus, side_by_side, spread
 
 
 def compare(
@@ -43,19 +40,11 @@ def compare(
     work: Path,
 ) -> tuple[str, str]:
     """(throughput candidate ÷ baseline, CPU per request baseline ÷ candidate), as spreads."""
-    settings = LoadSettings(seconds=seconds)
-    throughput, cost = [], []
     with Server(candidate, work) as first, Server(baseline, work) as second:
         for server in (first, second):
             server.wait_until_answering(body_file.read_bytes())
-            _pin(server)
-        for _ in range(rounds):
-            (requests, cpu), (base_requests, base_cpu) = _load_together(
-                [first, second], body_file, settings
-            )
-            throughput.append(requests / base_requests)
-            cost.append((base_cpu / base_requests) / (cpu / requests))
-    return _spread(throughput), _spread(cost)
+        result = side_by_side(first, second, body_file, LoadSettings(seconds=seconds), rounds)
+    return spread(result.throughput_ratios()), spread(result.cost_ratios())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=4, help="measured seconds per round")
     parser.add_argument("--output", type=Path, help="Markdown file to write the table to")
     arguments = parser.parse_args(argv)
-    if len(os.sched_getaffinity(0)) < 2:
-        raise SystemExit("bench.versus needs two CPUs: one shared by the servers, one for wrk")
+    require_two_cpus("bench.versus")
     candidate, baseline = (
         FunctionSource(name, root.resolve() / "main.py", root=root.resolve())
         for name, root in (("candidate", arguments.candidate), ("baseline", arguments.baseline))
