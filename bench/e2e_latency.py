@@ -424,7 +424,7 @@ def environment() -> Iterator[
     with ExitStack() as stack:
         plane = stack.enter_context(LocalControlPlane(binaries))
         servers = {
-            "castslice": stack.enter_context(CastSliceServer(nginx)),
+            "castslice": stack.enter_context(CastSliceServer(nginx, log_through_pipe=True)),
             "go": stack.enter_context(CastSliceServer(nginx, program=[str(go)])),
         }
         yield plane.api_client(), servers, Kubectl(kubectl, plane.kubeconfig)

@@ -92,10 +92,16 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         separate_stdout: bool = False,
+        stdout_through_pipe: bool = False,
         death_signal: int = signal.SIGKILL,
     ) -> None:
         """`death_signal` reaches the process if the harness dies first: SIGKILL for
-        throw-away state, SIGTERM for servers that must take their workers along."""
+        throw-away state, SIGTERM for servers that must take their workers along.
+
+        With `stdout_through_pipe`, stdout is a pipe that `cat` copies to the file, as
+        a container runtime's pipe to its log files: a write to a file now and then
+        waits for the disk, a write to a pipe does not.
+        """
         self.name = name
         self.argv = list(argv)
         self.env = dict(env) if env is not None else None
@@ -104,10 +110,16 @@ class ManagedProcess:
         # A program whose stdout is data (CastSlice's request log) keeps it apart.
         self.stdout_path = log_dir / f"{name}.out" if separate_stdout else self.stderr_path
         self.death_signal = death_signal
+        self.stdout_through_pipe = stdout_through_pipe
         self._process: subprocess.Popen[bytes] | None = None
+        self._copier: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.stderr_path, "ab") as stderr, open(self.stdout_path, "ab") as stdout:
+            if self.stdout_through_pipe:
+                # cat ends once every holder of the pipe's write end (the workers too) has.
+                self._copier = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=stdout)
+                stdout = self._copier.stdin
             self._process = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -118,6 +130,8 @@ class ManagedProcess:
                 start_new_session=True,
                 preexec_fn=_die_with_parent(self.death_signal),
             )
+        if self._copier is not None and self._copier.stdin is not None:
+            self._copier.stdin.close()
         _running.add(self)
 
     @property
@@ -173,6 +187,9 @@ class ManagedProcess:
                 process.wait()
         # Workers that outlived their parent (nginx, gunicorn) are in the same group.
         self._signal_group(signal.SIGKILL)
+        if self._copier is not None:
+            self._copier.wait(grace)  # every line is in the file once it returns
+            self._copier = None
         _running.discard(self)
 
     def _signal_group(self, signum: int) -> None:

@@ -81,16 +81,21 @@ class CastSliceServer:
         source_dir: Path = REPO_ROOT,
         python: str = sys.executable,
         program: Sequence[str] | None = None,
+        log_through_pipe: bool = False,
     ) -> None:
         """`env` holds the CASTSLICE_* settings; none are inherited from this process.
 
         `program` serves something else behind the same front end (the benchmark's
         reference webhook): it listens on 127.0.0.1:$PORT in plain HTTP and answers
         `GET /` with `{"status": "ok"}`, as CastSlice does.
+
+        `log_through_pipe` gives the function a pipe for stdout, as in production,
+        copied to the request log a moment later (the benchmark's latency).
         """
         self.nginx = nginx
         self.settings = dict(env or {})
         self.program = list(program) if program is not None else None
+        self.log_through_pipe = log_through_pipe
         self.http_port = 0
         self.source_dir = source_dir
         self.python = python
@@ -263,6 +268,7 @@ class CastSliceServer:
             env=env,
             cwd=self.source_dir,
             separate_stdout=True,
+            stdout_through_pipe=self.log_through_pipe,
             # gunicorn's master stops its workers on SIGTERM.
             death_signal=signal.SIGTERM,
         )
