@@ -106,11 +106,11 @@ class Setups:
         self.api = api
         self.servers = servers
         self.available = [name for name in SETUPS if name not in POLICIES or policy is not None]
-        self.namespaces = {name: f"bench-{name.replace(' ', '-')}" for name in self.available}
+        self.namespaces = {name: f"bench-{_label(name)}" for name in self.available}
         for name, namespace in self.namespaces.items():
             core = kubernetes.client.CoreV1Api(api)
-            label = name.replace(" ", "-")
-            core.create_namespace({"metadata": {"name": namespace, "labels": {SETUP: label}}})
+            labels = {SETUP: _label(name)}
+            core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
             create_namespace(api, namespace)  # waits for its default ServiceAccount
         admission = kubernetes.client.AdmissionregistrationV1Api(api)
         for name, server in servers.items():
@@ -187,7 +187,7 @@ def _registration(setup: str, server: CastSliceServer) -> dict[str, Any]:
     document = configuration_for(server.url(), server.ca_pem, load_config(server.settings))
     document["metadata"]["name"] = f"castslice-bench-{setup}"
     for hook in document["webhooks"]:
-        hook["namespaceSelector"].setdefault("matchLabels", {})[SETUP] = setup
+        hook["namespaceSelector"].setdefault("matchLabels", {})[SETUP] = _label(setup)
         if setup != "castslice":
             hook["name"] = hook["name"].replace("castslice", f"{setup}-reference")
     return document
@@ -200,8 +200,13 @@ def _bound_to_namespace(policy: str) -> str:
         if document["kind"].endswith("Binding"):
             resources = document["spec"].setdefault("matchResources", {})
             selector = resources.setdefault("namespaceSelector", {})
-            selector.setdefault("matchLabels", {})[SETUP] = "policy"
+            selector.setdefault("matchLabels", {})[SETUP] = _label("policy")
     return yaml.safe_dump_all(documents)
+
+
+def _label(setup: str) -> str:
+    """The set-up's name as a label value (and namespace suffix): no spaces."""
+    return setup.replace(" ", "-")
 
 
 def _floor_policy(policy: str) -> str:
@@ -221,7 +226,9 @@ def _floor_policy(policy: str) -> str:
         "metadata": {"name": FLOOR_POLICY},
         "spec": {
             "policyName": FLOOR_POLICY,
-            "matchResources": {"namespaceSelector": {"matchLabels": {SETUP: "policy-floor"}}},
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {SETUP: _label("policy floor")}}
+            },
         },
     }
     return yaml.safe_dump_all([mutating, binding])
