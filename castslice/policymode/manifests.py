@@ -258,12 +258,9 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
             "variables": _variables(
                 [
                     *slice_variables(config),
-                    ("recordedByUser", recorded_by_user()),
-                    (
-                        "mutated",
-                        f"{string(APPLIED)} in {variable('annotations')} && "
-                        f"!{variable('recordedByUser')}",
-                    ),
+                    # The `recorded` matchCondition has the record there: only whether
+                    # the mutating policy wrote it, or the user sent it, is left.
+                    ("mutated", f"!({recorded_by_user()})"),
                 ]
             ),
             "auditAnnotations": [
