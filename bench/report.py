@@ -99,7 +99,7 @@ class Machine:
             memory_gib=_memory_gib(),
             kernel=f"{platform.system()} {platform.release()}",
             python=platform.python_version(),
-            packages={name: metadata.version(name) for name in PACKAGES},
+            packages=package_versions(),
             wrk=_wrk_version(),
             load_average_start=load_average(),
         )
@@ -134,8 +134,12 @@ class Run:
 def software(python: str | None = None, packages: dict[str, str] | None = None) -> str:
     """The Python and server packages a run used, in one phrase."""
     python = python or platform.python_version()
-    packages = packages or {name: metadata.version(name) for name in PACKAGES}
+    packages = packages or package_versions()
     return f"Python {python}; " + ", ".join(f"{name} {v}" for name, v in packages.items())
+
+
+def package_versions() -> dict[str, str]:
+    return {name: metadata.version(name) for name in PACKAGES}
 
 
 def load_average() -> str:
