@@ -17,17 +17,13 @@ import msgspec
 from .backends import Backend, Placement, backend_for
 from .config import Config
 from .enrolment import by_annotation, decide
-from .kube import Pod, PodSpec
+from .kube import Pod
 from .patch import (
     GpuContainer,
     PatchOperation,
-    absent_labels_operations,
     annotation_operations,
     asked_quantity,
     gpu_containers,
-    node_selector_operations,
-    required_node_terms,
-    resource_operations,
 )
 from .review import POD_KIND, AdmissionRequest, AdmissionResponse, allowed, patched
 from .slices import clip, is_mirror_pod, resolve_slices, shorten
@@ -107,13 +103,12 @@ class PodAdmission:
             )
         outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
 
-        hand_placed = _hand_placed(spec, backend.placement_keys)
-        if hand_placed:
-            warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
-            return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
+        left_alone = backend.left_alone(spec)
+        if left_alone:
+            warnings.append(clip(f"{left_alone.detail}; castslice left the Pod unchanged"))
+            return Outcome(allowed(uid, warnings), "unchanged", left_alone.reason, **outcome)
 
         placement = self._place(decision.slices)
-        operations: list[PatchOperation] = []
         original: dict[str, str] = {}
         for container in containers:
             asked = asked_quantity(container, config.gpu_resource)
@@ -121,11 +116,8 @@ class PodAdmission:
             warning = _less_than_asked(container, asked, placement, config.gpu_resource)
             if warning:
                 warnings.append(warning)
-            operations += resource_operations(
-                container, config.gpu_resource, placement.resource, placement.quantity
-            )
-        operations += node_selector_operations(spec, placement.node_selector)
-        operations += absent_labels_operations(spec, placement.absent_node_labels)
+        warnings += backend.notes(placement)
+        operations: list[PatchOperation] = backend.rewrite(spec, containers, placement)
         record = _record_encoder.encode({**outcome, "original": original}).decode()
         operations += annotation_operations(metadata, {APPLIED: record})
         audit = {
@@ -168,19 +160,6 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
         return "mirror pod"
     if APPLIED in annotations:
         return "already applied"
-    return None
-
-
-def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
-    """Where the Pod already names one of the backend's placement labels, if it does."""
-    selector = spec.get("nodeSelector") or {}
-    for key in keys:
-        if key in selector:
-            return f"nodeSelector {key}"
-    for term in required_node_terms(spec):
-        for expression in term.get("matchExpressions") or ():
-            if expression.get("key") in keys:
-                return f"node affinity on {expression['key']}"
     return None
 
 

@@ -51,6 +51,11 @@ class Config:
     policy: Policy | None = None
     metrics: bool = False
     metrics_port: int = 9090
+    # The `dra` backend: the DeviceClass claims name, the device capacity that counts
+    # shares, and the memory of one GPU in bytes (None: claims ask for no memory).
+    dra_device_class: str = "gpu.nvidia.com"
+    dra_capacity: str = "shares"
+    dra_gpu_memory: int | None = None
 
     def __post_init__(self) -> None:
         if not self.shared_resource:
@@ -103,6 +108,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
         policy=_policy(environ, presets, max_ratio),
         metrics=_metrics(environ),
         metrics_port=_positive_int(environ, "CASTSLICE_METRICS_PORT", Config.metrics_port, 65535),
+        dra_device_class=_dns_subdomain(
+            environ, "CASTSLICE_DRA_DEVICE_CLASS", Config.dra_device_class
+        ),
+        dra_capacity=_capacity_name(environ, "CASTSLICE_DRA_CAPACITY", Config.dra_capacity),
+        dra_gpu_memory=_memory(environ, "CASTSLICE_DRA_GPU_MEMORY"),
     )
 
 
@@ -272,3 +282,64 @@ def _metrics(environ: Mapping[str, str]) -> bool:
             "Prometheus; use the log-based metrics instead"
         )
     return True
+
+
+def _dns_subdomain(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    value = value.strip()
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ConfigError(
+            f"{name}={value!r} is not a DeviceClass name: a lowercase DNS subdomain "
+            "such as gpu.nvidia.com"
+        )
+    return value
+
+
+# A device capacity's name: a C identifier of at most 32 characters, optionally behind a
+# DNS domain (resource.k8s.io/v1 QualifiedName, as for device attributes).
+_CAPACITY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+
+
+def _capacity_name(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    value = value.strip()
+    domain, slash, local = value.rpartition("/")
+    if (slash and (len(domain) > 63 or not _DNS_SUBDOMAIN.fullmatch(domain))) or not (
+        _CAPACITY_NAME.fullmatch(local)
+    ):
+        raise ConfigError(
+            f"{name}={value!r} is not a device capacity name: at most 32 letters, digits "
+            "or '_', not starting with a digit, optionally after a domain and '/', "
+            "as in shares"
+        )
+    return value
+
+
+# Far above any GPU's memory (1 PiB); keeps quantities short. Below 1 MiB is a typo.
+_MAX_GPU_MEMORY = 2**50
+MEBIBYTE = 2**20
+
+
+def _memory(environ: Mapping[str, str], name: str) -> int | None:
+    """The quantity in bytes, or None when unset."""
+    value = _value(environ, name)
+    if value is None:
+        return None
+    value = value.strip()
+    # Only read when set: the Kubernetes client is slow to import.
+    from kubernetes.utils.quantity import parse_quantity
+
+    try:
+        quantity = parse_quantity(value)
+    except ValueError:
+        quantity = None
+    if quantity is None or not MEBIBYTE <= quantity <= _MAX_GPU_MEMORY:
+        raise ConfigError(
+            f"{name}={value!r} must be one GPU's memory as a Kubernetes quantity "
+            "such as 80Gi or 24576Mi"
+        )
+    return int(quantity)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config import Config
-from .base import Backend, Placement, sharing_degree, whole_gpus
+from .base import Backend, LeftAlone, Placement, sharing_degree, whole_gpus
+from .dra import DraBackend
 from .gke import GkeBackend
 from .nvidia import NvidiaBackend
 from .resource import ResourceBackend
@@ -20,9 +21,18 @@ BACKENDS: dict[str, Callable[[Config], Backend]] = {
     "resource": ResourceBackend,
     "nvidia": NvidiaBackend,
     "gke": GkeBackend,
+    "dra": DraBackend,
 }
 
-__all__ = ["BACKENDS", "Backend", "Placement", "backend_for", "sharing_degree", "whole_gpus"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "LeftAlone",
+    "Placement",
+    "backend_for",
+    "sharing_degree",
+    "whole_gpus",
+]
 
 
 def backend_for(config: Config) -> Backend:
