@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 
+from ..backends import backend_for
 from ..config import load_config
 from ..policymode import render_json, render_yaml
+from . import CommandError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(os.environ)
+    refusal = backend_for(config).policy_mode_refusal
+    if refusal:
+        raise CommandError(refusal)
     render = render_json if args.output == "json" else render_yaml
     sys.stdout.write(render(config))
     return 0
