@@ -358,3 +358,65 @@ def test_policy_mode_refuses_dra_with_the_reason() -> None:
     assert done.returncode == 2
     assert "dra backend adds resource claims" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _slice(node: str, capacity: dict, shared: bool = True) -> dict:
+    device = {"name": "gpu-0", "capacity": capacity}
+    if shared:
+        device["allowMultipleAllocations"] = True
+    return {"spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": [device]}}
+
+
+SHARES_4 = {"shares": {"value": "4"}, "memory": {"value": "15Gi"}}
+
+
+def test_doctor_finds_shareable_devices_or_says_what_to_install() -> None:
+    from castslice.doctor.devices import assess_devices
+    from castslice.doctor.report import Status
+
+    config = load_config(DRA)
+    device_class = {"metadata": {"name": "gpu.nvidia.com"}}
+    good = assess_devices(config, device_class, [_slice("a", SHARES_4), _slice("b", SHARES_4)])
+    assert (good.status, good.message) == (
+        Status.OK,
+        "2 shareable devices with shares on 2 nodes",
+    )
+    unshared = assess_devices(config, device_class, [_slice("a", SHARES_4, shared=False)])
+    assert unshared.status == Status.FAILED
+    assert "consumableShares=4" in unshared.fix
+    no_class = assess_devices(config, None, [_slice("a", SHARES_4)])
+    assert no_class.status == Status.FAILED
+    assert "no DeviceClass gpu.nvidia.com" in no_class.message
+    eight = assess_devices(config, device_class, [_slice("a", {"shares": {"value": "8"}})])
+    assert eight.status == Status.WARNING
+    assert "publish shares 8, not 4" in eight.message
+
+
+def _rewritten_pod(namespace: str, name: str, template: str) -> dict:
+    record = '{"slices":1,"source":"default","backend":"dra","original":{"app":"1"}}'
+    return {
+        "metadata": {"namespace": namespace, "name": name, "annotations": {APPLIED: record}},
+        "spec": {
+            "resourceClaims": [{"name": "castslice-gpu-0", "resourceClaimTemplateName": template}]
+        },
+    }
+
+
+def test_doctor_names_the_missing_template_and_the_namespace() -> None:
+    from castslice.doctor.devices import assess_templates
+    from castslice.doctor.report import Status
+
+    config = load_config(DRA)
+    templates = [
+        {"metadata": {"namespace": "ml", "name": f"castslice-{s}-of-4"}} for s in (1, 2, 3, 4)
+    ]
+    pods = [_rewritten_pod("ml", "a", "castslice-1-of-4")]
+    assert assess_templates(config, pods, templates).status == Status.OK
+    pods.append(_rewritten_pod("research", "b", "castslice-2-of-4"))
+    result = assess_templates(config, pods, templates)
+    assert result.status == Status.FAILED
+    assert "research/castslice-2-of-4 (Pending: b)" in result.message
+    assert result.fix.startswith("castslice claim-templates -n research | kubectl apply -f -")
+    partial = assess_templates(config, pods[:1], templates[:1])
+    assert partial.status == Status.WARNING
+    assert "ml lacks castslice-2-of-4, castslice-3-of-4, castslice-4-of-4" in partial.message

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..backends import backend_for
 from ..config import Config
-from . import capacity, dry_run, endpoint, fail_open, pending, quotas, registration
+from . import capacity, devices, dry_run, endpoint, fail_open, pending, quotas, registration
 from .cluster import ApiError, Cluster
 from .report import Result, failed
 
@@ -36,12 +37,30 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         results.append(
             _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
         )
+    node_checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
+        (
+            (
+                devices.DEVICES_CHECK,
+                "get deviceclasses and list resourceslices",
+                lambda: devices.check_devices(cluster, config),
+            ),
+            (
+                devices.TEMPLATES_CHECK,
+                "list pods and resourceclaimtemplates",
+                lambda: devices.check_templates(cluster, config),
+            ),
+        )
+        if backend_for(config).claims_devices
+        else (
+            (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
+            (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
+            (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
+        )
+    )
     checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
         (endpoint.CHECK, "", lambda: endpoint.check_endpoint(cluster, live, webhook_names)),
         (dry_run.CHECK, "", lambda: dry_run.check_dry_run(cluster, config, namespace)),
-        (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
-        (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
-        (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
+        *node_checks,
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),
     )
     for check, rights, run in checks:
