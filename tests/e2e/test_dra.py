@@ -139,6 +139,10 @@ def allocation(api: kubernetes.client.ApiClient, namespace: str, pod: Manifest) 
     return claim["status"]["allocation"]["devices"]["results"]
 
 
+def shares(result: Manifest) -> str:
+    return result["consumedCapacity"]["shares"]
+
+
 def devices_of(results: list[Manifest]) -> set[tuple[str, str]]:
     return {(result["pool"], result["device"]) for result in results}
 
@@ -187,7 +191,10 @@ def test_four_dev_pods_are_allocated_one_device_and_a_fifth_waits(
     results = [result for pod in up for result in allocation(api, namespace, pod)]
     assert devices_of(results) == {(one_gpu[0], "gpu-0")}
     assert {result["driver"] for result in results} == {DRIVER}
-    assert [result["consumedCapacity"] for result in results] == [{"shares": "1"}] * 4
+    # The driver's memory policy defaults to 0: a claim that asks for none holds none.
+    assert [result["consumedCapacity"] for result in results] == [
+        {"shares": "1", "memory": "0"}
+    ] * 4
     assert len({result["shareID"] for result in results}) == 4
     assert {pod["spec"]["nodeName"] for pod in up} == {one_gpu[0]}
     assert _NO_DEVICES in str(unschedulable(waiting))
@@ -214,10 +221,10 @@ def test_shares_whole_devices_and_two_devices_fill_a_node_of_four(
     assert_claims(by_name["big"], "castslice-8-of-4")
     # The two halves share one device.
     assert devices_of(held["vllm-0"]) == devices_of(held["vllm-1"])
-    assert [r["consumedCapacity"] for r in held["vllm-0"] + held["vllm-1"]] == [{"shares": "2"}] * 2
+    assert [shares(r) for r in held["vllm-0"] + held["vllm-1"]] == ["2"] * 2
     # A whole device takes all its shares: nothing else is on it.
-    assert [r["consumedCapacity"] for r in held["trainer"]] == [{"shares": "4"}]
-    assert [r["consumedCapacity"] for r in held["big"]] == [{"shares": "4"}] * 2
+    assert [shares(r) for r in held["trainer"]] == ["4"]
+    assert [shares(r) for r in held["big"]] == ["4"] * 2
     assert len(devices_of(held["big"])) == 2
     groups = [devices_of(held["vllm-0"]), devices_of(held["trainer"]), devices_of(held["big"])]
     assert sum(len(group) for group in groups) == len(set().union(*groups)) == 4
