@@ -333,7 +333,8 @@ def test_a_pod_without_opt_in_or_with_its_own_claims_is_left_as_it_is(
     own["spec"]["resourceClaims"] = [
         {"name": "mine", "resourceClaimTemplateName": "castslice-4-of-4"}
     ]
-    own["spec"]["containers"][0]["resources"] = {"claims": [{"name": "mine"}]}
+    # It also asks for nvidia.com/gpu, which CastSlice would otherwise rewrite.
+    own["spec"]["containers"][0]["resources"]["claims"] = [{"name": "mine"}]
     warnings = apply(kubectl_user, namespace, [plain, own])
 
     stored = {pod["metadata"]["name"]: pod for pod in list_pods(api, namespace, "")}
@@ -344,6 +345,10 @@ def test_a_pod_without_opt_in_or_with_its_own_claims_is_left_as_it_is(
     assert "resourceClaims" not in stored["plain"]["spec"]
     assert APPLIED not in stored["plain"]["metadata"].get("annotations", {})
     assert stored["own"]["spec"]["resourceClaims"] == own["spec"]["resourceClaims"]
-    assert stored["own"]["spec"]["containers"][0]["resources"] == {"claims": [{"name": "mine"}]}
+    assert stored["own"]["spec"]["containers"][0]["resources"] == {
+        "limits": {GPU: "1"},
+        "requests": {GPU: "1"},
+        "claims": [{"name": "mine"}],
+    }
     assert APPLIED not in stored["own"]["metadata"]["annotations"]
     assert "the Pod has its own resource claims; castslice left the Pod unchanged" in warnings
