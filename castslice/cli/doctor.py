@@ -15,6 +15,7 @@ import kubernetes.config
 import yaml
 
 from .. import __version__
+from ..backends import backend_for
 from ..config import Config, load_config
 from ..doctor import run_checks
 from ..doctor.cluster import ApiError, Cluster, Unreachable
@@ -126,7 +127,9 @@ def _server_version(cluster: Cluster) -> str:
 def _print_text(server: str, version: str, config: Config, results: list[Result]) -> None:
     symbols = symbols_for(sys.stdout.encoding)
     backend = f"backend {config.backend}"
-    if config.backend != "gke":
+    if backend_for(config).claims_devices:
+        backend += f", device class {config.dra_device_class}, capacity {config.dra_capacity}"
+    elif config.backend != "gke":
         backend += f", shared resource {config.shared_resource}"
     print(f"castslice doctor: {server} (Kubernetes {version}), {backend}")
     for result in results:
