@@ -108,6 +108,7 @@ class DraBackend:
         shape = claim_shape(self.config, slices)
         per_gpu = self.config.slices_per_gpu
         share = Fraction(shape.devices) if slices >= per_gpu else Fraction(slices, per_gpu)
+        # The resource and count say what the claim replaces: the GPUs, as devices.
         return Placement(
             self.config.gpu_resource,
             shape.devices,
