@@ -420,3 +420,9 @@ def test_doctor_names_the_missing_template_and_the_namespace() -> None:
     partial = assess_templates(config, pods[:1], templates[:1])
     assert partial.status == Status.WARNING
     assert "ml lacks castslice-2-of-4, castslice-3-of-4, castslice-4-of-4" in partial.message
+
+
+def test_doctor_dry_run_summary_names_the_claim() -> None:
+    from castslice.doctor.dry_run import _summary
+
+    assert _summary(load_config(DRA), "default") == "a claim from castslice-1-of-4"
