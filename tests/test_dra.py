@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import kubernetes_validate
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from castslice.backends.dra import claim_shape, memory_quantity, template_name
@@ -426,3 +428,77 @@ def test_doctor_dry_run_summary_names_the_claim() -> None:
     from castslice.doctor.dry_run import _summary
 
     assert _summary(load_config(DRA), "default") == "a claim from castslice-1-of-4"
+
+
+_gpu_counts = st.sampled_from(["1", "2", "4"])
+
+
+@st.composite
+def dra_pods(draw: st.DrawFn) -> dict:
+    """Valid Pods with GPU and other containers, request-only or limit-only GPUs."""
+    lists: dict[str, list[dict]] = {}
+    index = 0
+    for list_name in ("initContainers", "containers"):
+        items = []
+        for _ in range(draw(st.integers(1 if list_name == "containers" else 0, 3))):
+            index += 1
+            shape = draw(st.sampled_from(["both", "limits", "requests", "none"]))
+            count = draw(_gpu_counts)
+            requests = {"cpu": "1"} if draw(st.booleans()) else {}
+            limits: dict[str, str] = {}
+            if shape in ("both", "limits"):
+                limits[GPU] = count
+            if shape in ("both", "requests"):
+                requests[GPU] = count
+            if shape == "requests":
+                limits[GPU] = count  # the API server requires a limit for extended resources
+            items.append(container(f"c{index}", requests=requests or None, limits=limits or None))
+        if items:
+            lists[list_name] = items
+    annotations = opted_in()
+    ratio = draw(st.none() | st.integers(1, 12))
+    if ratio is not None:
+        annotations["castops.io/slice-ratio"] = str(ratio)
+    pod = make_pod(
+        annotations,
+        containers=lists["containers"],
+        init_containers=lists.get("initContainers"),
+    )
+    if draw(st.booleans()):
+        pod["spec"]["resourceClaims"] = []
+    return pod
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pod=dra_pods())
+def test_every_dra_patch_applies_validates_and_is_final(
+    make_client: Callable[..., TestClient], pod: dict
+) -> None:
+    client = make_client(**DRA)
+    response = review_response(client, make_review(pod))
+    patched = apply_response(pod, response)
+    validate(patched)
+    spec = patched["spec"]
+    gpu_users = [
+        item
+        for name in ("initContainers", "containers")
+        for item in spec.get(name) or ()
+        if item.get("resources", {}).get("claims")
+    ]
+    for item in gpu_users:
+        for field in ("requests", "limits"):
+            assert GPU not in (item["resources"].get(field) or {})
+    claims = [claim["name"] for item in gpu_users for claim in item["resources"]["claims"]]
+    assert claims == [entry["name"] for entry in spec.get("resourceClaims") or ()]
+    assert len(set(claims)) == len(claims)
+    if not gpu_users:
+        assert "patch" not in response
+        return
+    record = json.loads(patched["metadata"]["annotations"][APPLIED])
+    config = load_config(DRA)
+    names = {entry["resourceClaimTemplateName"] for entry in spec.get("resourceClaims") or ()}
+    assert names <= {template_name(config, record["slices"])}
+    again = review_response(client, make_review(patched))
+    assert "patch" not in again
