@@ -9,11 +9,10 @@ from pathlib import Path
 
 import jsonpatch
 import pytest
-from functions_framework.aio import create_asgi_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from starlette.testclient import TestClient
 
+from tests.conftest import FACES, face_client
 from tests.factories import (
     APPLIED,
     GPU,
@@ -145,9 +144,9 @@ reviews = st.builds(
 )
 
 
-@pytest.fixture(scope="module")
-def client():
-    return TestClient(create_asgi_app(target="mutate", source=str(ROOT / "main.py")))
+@pytest.fixture(scope="module", params=sorted(FACES))
+def client(request: pytest.FixtureRequest):
+    return face_client(request.param)
 
 
 def answer(client, review: dict) -> dict:

@@ -18,7 +18,7 @@ from .variants import ROOT
 
 # How the function is started in production and by the end-to-end suite
 # (which adds --host and --port).
-START_COMMAND = ["functions-framework", "--target=mutate", "--source=main.py", "--asgi"]
+START_COMMAND = ["functions-framework", "--target=mutate_asgi", "--source=main.py"]
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:
@@ -118,7 +118,7 @@ def copied_sources() -> list[str]:
 
 def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
     assert set(copied_sources()) == {"requirements.txt", "main.py", "castslice"}
-    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/webhook.py"):
+    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/serving/core.py"):
         assert not dockerignore_excludes(source), source
     for private in (".git/config", ".venv/bin/python", "tests/conftest.py", "infra/main.tf"):
         assert dockerignore_excludes(private), private
