@@ -66,17 +66,6 @@ def asked_quantity(container: GpuContainer, gpu: str) -> str:
     return str(limits[gpu] if gpu in limits else requests[gpu])
 
 
-def build_patch(
-    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
-) -> list[PatchOperation]:
-    """Operations that replace `gpu_resource` with `slices` of `shared_resource` everywhere."""
-    return [
-        operation
-        for container in gpu_containers(spec, gpu_resource)
-        for operation in resource_operations(container, gpu_resource, shared_resource, slices)
-    ]
-
-
 def resource_operations(
     container: GpuContainer, gpu: str, resource: str, quantity: int
 ) -> list[PatchOperation]:
