@@ -1,4 +1,5 @@
-# Everything a developer runs: `make run` serves the function on :8080,
+# Everything a developer runs: `make run` serves the function on :8080 (the image's
+# target, on functions-framework's ASGI server),
 # `make test` installs what the tests need and runs all of them.
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed
-	$(BIN)/functions-framework --target=mutate --source=main.py --asgi --port=$(PORT)
+	$(BIN)/functions-framework --target=mutate_asgi --source=main.py --port=$(PORT)
 
 test: lint unit terraform e2e
 

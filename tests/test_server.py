@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -118,3 +119,23 @@ def test_a_body_cut_short_closes_the_connection_and_serving_goes_on(
         assert head.startswith(b"HTTP/1.1 400 ")
         assert json.loads(body) == {"error": "the body ended before its Content-Length"}
     assert send(server, "GET")[0] == 200
+
+
+def test_make_run_serves_the_readme_example(tmp_path: Path) -> None:
+    # The README's first command, as the Makefile runs it, with this environment's .venv.
+    recipe = (ROOT / "Makefile").read_text().split("\nrun:", 1)[1].splitlines()[1].strip()
+    port = free_port()
+    bin_dir = Path(sys.executable).parent
+    command = recipe.replace("$(BIN)", str(bin_dir)).replace("$(PORT)", str(port)).split()
+    command.insert(1, "--host=127.0.0.1")
+    sample = (ROOT / "examples" / "admission-review.json").read_bytes()
+    with serving(
+        "make-run", command, tmp_path, lambda: send(("127.0.0.1", port), "GET")[0] == 200, cwd=ROOT
+    ):
+        status, content_type, raw = send(("127.0.0.1", port), "POST", sample, JSON)
+    assert (status, content_type) == (200, "application/json")
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is True
+    assert response["auditAnnotations"] == {
+        "slices": "4", "slice-source": "workload-type", "backend": "resource",
+    }  # fmt: skip
