@@ -32,16 +32,23 @@ try:
 except ConfigError as error:
     raise SystemExit(f"castslice: invalid configuration: {error}") from None
 
-if flask.has_app_context():
-    # Loaded by the Flask server: its own 404 for /robots.txt and /favicon.ico is HTML.
-    flask.current_app.register_error_handler(404, not_found_page)
-
-
-@functions_framework.http
-def mutate(request: flask.Request) -> flask.Response:
-    return serve_flask(_webhook, request)
-
 
 @functions_framework.aio.http
 async def mutate_asgi(request: Request) -> Response:
     return await serve_asgi(_webhook, request)
+
+
+if flask.has_app_context():
+    # Loaded by the Flask server (its default), which may serve either target.
+    flask.current_app.register_error_handler(404, not_found_page)
+
+    @functions_framework.http
+    def mutate(request: flask.Request) -> flask.Response:
+        return serve_flask(_webhook, request)
+
+else:
+    # Loaded by the ASGI server itself (`--asgi`): `--target=mutate --asgi`, the command
+    # of earlier releases, gets the ASGI face rather than a Flask view it cannot call.
+    @functions_framework.aio.http
+    async def mutate(request: Request) -> Response:
+        return await serve_asgi(_webhook, request)

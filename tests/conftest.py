@@ -5,7 +5,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from functions_framework import create_app
+from functions_framework import _function_registry, create_app
 from functions_framework.aio import create_asgi_app
 from starlette.testclient import TestClient
 
@@ -21,7 +21,10 @@ FACES = TARGETS
 def face_client(face: str) -> httpx2.Client:
     """An HTTP client of functions-framework's own app for `face`, called in process."""
     if face == "flask":
-        # The app `functions-framework --target=mutate` serves with gunicorn.
+        # The app `functions-framework --target=mutate` serves with gunicorn. A process
+        # loads main.py once; here an ASGI app made before may have marked `mutate` as an
+        # ASGI target (main.py's `--asgi` branch), which would make this one ASGI too.
+        _function_registry.ASGI_FUNCTIONS.discard(FACES[face])
         app = create_app(target=FACES[face], source=MAIN)
         transport = httpx2.WSGITransport(app=app, raise_app_exceptions=False)
         return httpx2.Client(transport=transport, base_url="http://testserver")
