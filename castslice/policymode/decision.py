@@ -144,7 +144,7 @@ def gpu_requested(container: Expr, gpu: str) -> Expr:
     asked = expr.if_else(
         f"{key} in {limits}", f"string({limits}[{key}])", f"string({requests}[{key}])"
     )
-    zero = expr.let("asked", asked, "isQuantity(asked) && quantity(asked).sign() == 0")
+    zero = expr.let("asked", asked, "isQuantity(asked) && sign(quantity(asked)) == 0")
     return expr.all_of(expr.any_of(f"{key} in {requests}", f"{key} in {limits}"), f"!({zero})")
 
 
