@@ -13,6 +13,13 @@ import pytest
 from .variants import copy_infra, render
 
 
+def ci_or_skip(message: str) -> None:
+    """Skip for `message`, except in CI (CI=true), where a missing tool must not pass as a skip."""
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
 def kubectl() -> str:
     """kubectl, whose built-in kustomize renders the variants. Missing, the rendering tests
     skip, except in CI (CI=true), where a missing tool must not pass as a skip."""

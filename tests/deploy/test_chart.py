@@ -1,0 +1,319 @@
+"""charts/castslice rendered by the real helm CLI (built from helm.sh/helm/v4; tests/helm).
+
+`helm lint --strict`; `helm template` over a matrix of values (each backend, policy on
+and off, metrics on and off, a provided TLS Secret), every built-in object validated
+against the Kubernetes 1.30 and 1.37 schemas (kubernetes-validate, strict); the
+registration equal to what `castslice webhook` renders for the same settings; every
+setting reaching the container as the application reads it; bad values refused by
+values.schema.json or the templates with their names.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from castslice import __version__
+from castslice.config import Config, load_config
+from tests.helm import (
+    CHART,
+    HelmUnavailable,
+    Objects,
+    castslice_output,
+    run_helm,
+    template,
+    template_error,
+)
+
+from .conftest import ci_or_skip
+from .variants import SHARED_WEBHOOK, built_in, container_environment, of_kind, only
+
+KUBERNETES_VERSIONS = ("1.30", "1.37")
+BACKENDS = ("resource", "nvidia", "gke", "dra")
+SAMPLE_TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
+# Every rule shape the policy language has: names and globs, matchLabels and each
+# matchExpressions operator, enrolling and excluding rules in several groups.
+POLICY = """\
+rules:
+  - name: never in production
+    namespaces: [production, "*-prod"]
+    optimize: false
+  - name: research notebooks
+    namespaces: [research, "team-?", "lab-[ab]*"]
+    podSelector:
+      matchLabels: {tier: dev}
+    optimize: true
+    workloadType: dev
+  - name: not dedicated
+    podSelector:
+      matchExpressions:
+        - {key: example.com/dedicated, operator: Exists}
+        - {key: app, operator: NotIn, values: [batch]}
+    optimize: false
+  - name: inference
+    podSelector:
+      matchExpressions:
+        - {key: app.kubernetes.io/component, operator: In, values: [inference, serving]}
+        - {key: example.com/whole-gpu, operator: DoesNotExist}
+    optimize: true
+    slices: 2
+"""
+# A test CA: the API server only needs its PEM form in the registration.
+CA_PEM = (
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBdzCCAR2gAwIBAgIUCastSliceChartTestCAxxxxxxxxwCgYIKoZIzj0EAwIw\n"
+    "-----END CERTIFICATE-----\n"
+)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        from tests.helm import helm_binary
+
+        return helm_binary()
+    except HelmUnavailable as error:
+        ci_or_skip(str(error))
+        raise
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    backend: str
+    policy: bool
+    metrics: bool
+    secret: bool
+
+    @property
+    def id(self) -> str:
+        return "-".join(
+            [
+                self.backend,
+                "policy" if self.policy else "annotations",
+                "metrics" if self.metrics else "no-metrics",
+                "secret" if self.secret else "cert-manager",
+            ]
+        )
+
+
+CASES = [Case(*combination) for combination in itertools.product(BACKENDS, *[(False, True)] * 3)]
+
+
+def policy_values(tmp_path: Path, text: str = POLICY, env: dict[str, str] | None = None) -> dict:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(text)
+    output = castslice_output(["webhook", "--helm-values", "--policy", str(policy_file)], env)
+    return yaml.safe_load(output)
+
+
+def case_values(case: Case, tmp_path: Path) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "backend": case.backend,
+        "slicesPerGpu": 8,
+        "sharingDegrees": [2, 8],
+        "gpuResource": "example.com/gpu",
+        "pathToken": SAMPLE_TOKEN,
+    }
+    if case.backend == "dra":
+        values["claimTemplates"] = {"namespaces": ["research", "team-a"], "slices": [1, 3, 8, 12]}
+    if case.policy:
+        values.update(policy_values(tmp_path, env={"CASTSLICE_GPU_RESOURCE": "example.com/gpu"}))
+    if case.metrics:
+        values["metrics"] = {"enabled": True, "port": 9191, "podMonitor": {"enabled": True}}
+    if case.secret:
+        values["tls"] = {"source": "secret", "secretName": "my-webhook-tls", "caBundle": CA_PEM}
+    return values
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Objects]:
+    """Every case of the matrix, rendered once for this module."""
+    out: dict[str, Objects] = {}
+    for case in CASES:
+        directory = tmp_path_factory.mktemp(case.id)
+        out[case.id] = template(helm, directory, case_values(case, directory), namespace="gpu-ops")
+    return out
+
+
+def test_helm_lint_strict_passes(helm: Path) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_chart_and_the_image_share_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == __version__
+    assert chart["appVersion"] == __version__
+
+
+def test_the_default_values_are_the_applications_defaults(helm: Path, tmp_path: Path) -> None:
+    objects = template(helm, tmp_path, {})
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environment = container_environment(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
+    assert load_config(environment) == Config()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_built_in_kinds_match_the_kubernetes_schemas(
+    rendered: dict[str, Objects], case: Case, version: str
+) -> None:
+    objects = rendered[case.id]
+    for obj in built_in(objects):
+        # ResourceClaimTemplates are resource.k8s.io/v1, GA in 1.34: the dra backend needs it.
+        if obj["kind"] == "ResourceClaimTemplate" and version == "1.30":
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+    kinds = {obj["kind"] for obj in objects}
+    assert ("PodMonitor" in kinds) == case.metrics
+    assert ("Certificate" in kinds) == (not case.secret)
+    assert ("ResourceClaimTemplate" in kinds) == (case.backend == "dra")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_the_registration_is_what_castslice_webhook_renders(
+    rendered: dict[str, Objects], case: Case, tmp_path: Path
+) -> None:
+    chart = only(rendered[case.id], "MutatingWebhookConfiguration")
+    args = ["webhook", "--service", "gpu-ops/castslice", "--namespace", "gpu-ops"]
+    args += ["--token", SAMPLE_TOKEN]
+    if case.policy:
+        (tmp_path / "policy.yaml").write_text(POLICY)
+        args += ["--policy", str(tmp_path / "policy.yaml")]
+    if case.secret:
+        (tmp_path / "ca.pem").write_text(CA_PEM)
+        args += ["--ca-bundle", str(tmp_path / "ca.pem")]
+    env = {"CASTSLICE_GPU_RESOURCE": "example.com/gpu", "CASTSLICE_PATH_TOKEN": SAMPLE_TOKEN}
+    expected = yaml.safe_load(castslice_output(args, env))
+    assert comparable(chart, secret=case.secret) == expected
+
+
+def comparable(chart: dict[str, Any], *, secret: bool) -> dict[str, Any]:
+    """The chart's registration less what only Helm and cert-manager add: the chart's
+    own labels, and (with cert-manager) the annotation its cainjector reads."""
+    metadata = copy_of(chart["metadata"])
+    metadata["labels"] = {"app.kubernetes.io/name": metadata["labels"]["app.kubernetes.io/name"]}
+    annotations = metadata.pop("annotations", {})
+    injected = annotations.pop("cert-manager.io/inject-ca-from", None)
+    assert (injected is None) == secret
+    if not secret:
+        assert injected == "gpu-ops/castslice-serving"
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**chart, "metadata": metadata}
+
+
+def copy_of(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def test_the_chart_carries_the_generated_registration_file() -> None:
+    # files/webhook.yaml is `castslice webhook`'s output, as infra/webhook's is.
+    shipped = (CHART / "files" / "webhook.yaml").read_text()
+    assert shipped == SHARED_WEBHOOK.read_text()
+    assert shipped == castslice_output(["webhook", "--url", "https://castslice.invalid/"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_every_setting_reaches_the_container_as_the_application_reads_it(
+    rendered: dict[str, Objects], case: Case
+) -> None:
+    objects = rendered[case.id]
+    deployment = only(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    assert environment["CASTSLICE_POLICY_FILE"] == "/etc/castslice/policy.yaml"
+    policy = only_named(objects, "ConfigMap", "castslice-policy")["data"]["policy.yaml"]
+    dra = {k: environment.pop(k) for k in list(environment) if k.startswith("CASTSLICE_DRA_")}
+    assert dra == {
+        "CASTSLICE_DRA_DEVICE_CLASS": "gpu.nvidia.com",
+        "CASTSLICE_DRA_CAPACITY": "shares",
+    }
+    del environment["CASTSLICE_POLICY_FILE"]
+    if case.backend == "dra":
+        # Until the dra backend exists the application refuses the name; the rest is checked.
+        environment["CASTSLICE_BACKEND"] = "resource"
+    config = load_config(environment)
+    assert config.backend == ("resource" if case.backend == "dra" else case.backend)
+    assert config.slices_per_gpu == 8
+    assert config.sharing_degrees == (2, 8)
+    assert config.gpu_resource == "example.com/gpu"
+    assert config.path_token == SAMPLE_TOKEN
+    assert config.metrics == case.metrics
+    assert config.metrics_port == (9191 if case.metrics else 9090)
+    assert policy == (POLICY if case.policy else "rules: []\n")
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == ({"https": 8443, "metrics": 9191} if case.metrics else {"https": 8443})
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == (
+        "my-webhook-tls" if case.secret else "castslice-tls"
+    )
+
+
+def only_named(objects: Objects, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    return found
+
+
+def container_environment_with_secrets(objects: Objects, container: dict[str, Any]) -> dict:
+    """The environment the kubelet gives `container`: ConfigMaps and Secrets of envFrom, then env."""
+    config_maps = [s for s in container["envFrom"] if "configMapRef" in s]
+    environment = container_environment(objects, {**container, "envFrom": config_maps})
+    for source in container["envFrom"]:
+        if "secretRef" in source:
+            secret = only_named(objects, "Secret", source["secretRef"]["name"])
+            environment.update(secret.get("stringData", {}))
+            for key, value in secret.get("data", {}).items():
+                environment[key] = base64.b64decode(value).decode()
+    environment.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return environment
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.backend == "dra"][:1], ids=lambda c: c.id)
+def test_dra_claim_templates_share_one_gpu_below_a_whole_one_and_count_gpus_above(
+    rendered: dict[str, Objects], case: Case
+) -> None:
+    templates = of_kind(rendered[case.id], "ResourceClaimTemplate")
+    found = {(t["metadata"]["namespace"], t["metadata"]["name"]): t["spec"] for t in templates}
+    expected_names = [f"castslice-{s}-of-8" for s in (1, 3, 8, 12)]
+    assert sorted(found) == sorted(itertools.product(["research", "team-a"], expected_names))
+    for (_, name), spec in found.items():
+        slices = int(name.split("-")[1])
+        count, share = (1, slices) if slices < 8 else (-(-slices // 8), 8)
+        assert spec == {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu.nvidia.com",
+                                "allocationMode": "ExactCount",
+                                "count": count,
+                                "capacity": {"requests": {"shares": str(share)}},
+                            },
+                        }
+                    ]
+                }
+            }
+        }
+
+
+def the_claim_templates_castslice_renders(namespaces: list[str], slices: list[int]) -> Objects:
+    """`castslice claim-templates` for the chart's claimTemplates: what the chart must equal
+    once the dra backend ships that command."""
+    from tests.helm import claim_templates_command
+
+    output = castslice_output(claim_templates_command(namespaces, slices))
+    return [doc for doc in yaml.safe_load_all(output) if doc]
