@@ -267,7 +267,7 @@ def only_named(objects: Objects, kind: str, name: str) -> dict[str, Any]:
 
 
 def container_environment_with_secrets(objects: Objects, container: dict[str, Any]) -> dict:
-    """The environment the kubelet gives `container`: ConfigMaps and Secrets of envFrom, then env."""
+    """What the kubelet gives `container`: its envFrom ConfigMaps and Secrets, then env."""
     config_maps = [s for s in container["envFrom"] if "configMapRef" in s]
     environment = container_environment(objects, {**container, "envFrom": config_maps})
     for source in container["envFrom"]:
@@ -317,3 +317,117 @@ def the_claim_templates_castslice_renders(namespaces: list[str], slices: list[in
 
     output = castslice_output(claim_templates_command(namespaces, slices))
     return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+# A bad value and what the refusal must name; the schema checks what the environment would.
+REFUSED = [
+    ({"backend": "mig"}, "/backend"),
+    ({"slicesPerGpu": 0}, "/slicesPerGpu"),
+    ({"slicesPerGpu": "4"}, "/slicesPerGpu"),
+    ({"sharingDegrees": [1]}, "/sharingDegrees/0"),
+    ({"sharingDegrees": [4, 4]}, "/sharingDegrees"),
+    ({"sharingStrategy": "mig"}, "/sharingStrategy"),
+    ({"gpuResource": "gpu"}, "/gpuResource"),
+    ({"gpuResource": "kubernetes.io/gpu"}, "/gpuResource"),
+    ({"sharedResource": "Example.com/gpu"}, "/sharedResource"),
+    ({"presets": {"dev": 0}}, "/presets/dev"),
+    # The library reports the location of a bad property name oddly, but names the name.
+    ({"presets": {"a=b": 1}}, "'a=b'"),
+    ({"defaultSlices": 1_000_001}, "/defaultSlices"),
+    ({"maxSliceRatio": 0}, "/maxSliceRatio"),
+    ({"pathToken": "short"}, "/pathToken"),
+    ({"draDeviceClass": "GPU Class"}, "/draDeviceClass"),
+    ({"draGpuMemory": "lots"}, "/draGpuMemory"),
+    ({"claimTemplates": {"namespaces": ["Research"]}}, "/claimTemplates/namespaces/0"),
+    ({"metrics": {"enabled": "yes"}}, "/metrics/enabled"),
+    ({"metrics": {"port": 8443}}, "/metrics/port"),
+    ({"replicas": 0}, "/replicas"),
+    ({"slicesPerGPU": 4}, "slicesPerGPU"),
+    ({"tls": {"source": "vault"}}, "/tls/source"),
+    ({"tls": {"source": "secret"}}, "/tls/secretName"),
+    ({"tls": {"source": "secret", "secretName": "x", "caBundle": "no"}}, "/tls/caBundle"),
+    ({"tls": {"certManager": {"issuerRef": {"name": "corp"}}}}, "/tls/certManager/issuerRef"),
+]
+
+
+@pytest.mark.parametrize(("values", "named"), REFUSED, ids=lambda v: json.dumps(v))
+def test_a_bad_value_is_refused_with_its_name(
+    helm: Path, tmp_path: Path, values: dict[str, Any], named: str
+) -> None:
+    error = template_error(helm, tmp_path, values)
+    assert "values don't meet the specifications of the schema" in error
+    assert named in error
+
+
+def test_a_policy_without_its_registration_is_refused(helm: Path, tmp_path: Path) -> None:
+    error = template_error(helm, tmp_path, {"policy": POLICY})
+    assert "policyRegistration was not written for this policy" in error
+    assert "castslice webhook --helm-values --policy FILE" in error
+
+
+def test_a_registration_written_for_another_policy_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = policy_values(tmp_path)
+    values["policy"] = POLICY.replace("research", "science")
+    error = template_error(helm, tmp_path, values)
+    assert "policyRegistration was not written for this policy" in error
+
+
+def test_a_registration_written_for_another_gpu_resource_is_refused(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = {**policy_values(tmp_path), "gpuResource": "example.com/tpu"}
+    error = template_error(helm, tmp_path, values)
+    assert 'written for gpuResource "nvidia.com/gpu", not "example.com/tpu"' in error
+
+
+def test_a_policy_changes_the_pods_and_the_registration(helm: Path, tmp_path: Path) -> None:
+    plain = template(helm, tmp_path, {})
+    enrolled = template(helm, tmp_path, policy_values(tmp_path))
+    hashes = [
+        only(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        for objects in (plain, enrolled)
+    ]
+    assert (
+        hashes[0]["castslice.castops.io/policy-sha256"]
+        != hashes[1]["castslice.castops.io/policy-sha256"]
+    )
+    names = [
+        [
+            c["name"]
+            for c in only(o, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+        ]
+        for o in (plain, enrolled)
+    ]
+    assert names == [
+        ["opted-in", "not-a-mirror-pod"],
+        ["not-opted-out", "opted-in-or-enrolled", "not-a-mirror-pod"],
+    ]
+
+
+def test_an_existing_issuer_signs_the_serving_certificate(helm: Path, tmp_path: Path) -> None:
+    issuer = {"kind": "ClusterIssuer", "name": "corporate-ca"}
+    objects = template(helm, tmp_path, {"tls": {"certManager": {"issuerRef": issuer}}})
+    assert of_kind(objects, "Issuer") == []
+    (certificate,) = of_kind(objects, "Certificate")
+    assert certificate["spec"]["issuerRef"] == issuer
+    assert certificate["spec"]["dnsNames"] == [
+        "castslice.castslice.svc",
+        "castslice.castslice.svc.cluster.local",
+    ]
+
+
+def test_notes_name_the_next_step(helm: Path, tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text("{}\n")
+    result = run_helm(
+        helm,
+        "install",
+        "castslice",
+        str(CHART),
+        "-n",
+        "castslice",
+        "--dry-run=client",
+        "-f",
+        str(path),
+    )
+    assert "castslice doctor --name castslice" in result.stdout
