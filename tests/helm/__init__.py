@@ -6,6 +6,7 @@ A missing Go skips the tests that need helm, except in CI (CI=true), where it fa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -146,3 +147,33 @@ def claim_templates_command(namespaces: Sequence[str], slices: Sequence[int]) ->
     for namespace in namespaces:
         args += ["-n", namespace]
     return [*args, "--slices", ",".join(str(count) for count in slices)]
+
+
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+CERT_MANAGER_VERSION_FILE = Path(__file__).with_name("cert-manager.version")
+
+
+def cert_manager_crds() -> list[Path]:
+    """cert-manager's CRDs (deploy/crds) from its release module, as Go's module cache holds it.
+
+    `go mod download` fetches the module zip once (the version in cert-manager.version)
+    and prints where it unpacked it; nothing of it is kept in this repository.
+    """
+    version = CERT_MANAGER_VERSION_FILE.read_text().strip()
+    if shutil.which("go") is None:
+        raise HelmUnavailable("go not found; cert-manager's CRDs come from its Go module")
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{CERT_MANAGER_MODULE}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        env={**os.environ, "GOFLAGS": ""},
+        timeout=600,
+    )
+    if result.returncode != 0:
+        raise HelmUnavailable(f"go mod download {CERT_MANAGER_MODULE}@{version}:\n{result.stdout}")
+    crds = sorted((Path(json.loads(result.stdout)["Dir"]) / "deploy" / "crds").glob("*.yaml"))
+    if not crds:
+        raise HelmUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
+    return crds
