@@ -21,6 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import castslice.tls
 from castslice import __version__
 from castslice.config import Config, load_config
 from tests.helm import (
@@ -34,9 +35,20 @@ from tests.helm import (
 )
 
 from .conftest import ci_or_skip
-from .variants import SHARED_WEBHOOK, built_in, container_environment, of_kind, only
+from .test_manifests import assert_restricted
+from .variants import (
+    SHARED_WEBHOOK,
+    assert_webhook_contract,
+    built_in,
+    container_environment,
+    containers,
+    of_kind,
+    only,
+    without_client_config,
+)
 
 KUBERNETES_VERSIONS = ("1.30", "1.37")
+SAMPLE_REPOSITORY = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice"
 BACKENDS = ("resource", "nvidia", "gke", "dra")
 SAMPLE_TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
 # Every rule shape the policy language has: names and globs, matchLabels and each
@@ -134,6 +146,12 @@ def case_values(case: Case, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def defaults(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Objects:
+    values = {"image": {"repository": SAMPLE_REPOSITORY}}
+    return template(helm, tmp_path_factory.mktemp("defaults"), values)
+
+
+@pytest.fixture(scope="module")
 def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Objects]:
     """Every case of the matrix, rendered once for this module."""
     out: dict[str, Objects] = {}
@@ -199,7 +217,9 @@ def test_the_registration_is_what_castslice_webhook_renders(
     assert comparable(chart, secret=case.secret) == expected
 
 
-def comparable(chart: dict[str, Any], *, secret: bool) -> dict[str, Any]:
+def comparable(
+    chart: dict[str, Any], *, secret: bool, namespace: str = "gpu-ops"
+) -> dict[str, Any]:
     """The chart's registration less what only Helm and cert-manager add: the chart's
     own labels, and (with cert-manager) the annotation its cainjector reads."""
     metadata = copy_of(chart["metadata"])
@@ -208,7 +228,7 @@ def comparable(chart: dict[str, Any], *, secret: bool) -> dict[str, Any]:
     injected = annotations.pop("cert-manager.io/inject-ca-from", None)
     assert (injected is None) == secret
     if not secret:
-        assert injected == "gpu-ops/castslice-serving"
+        assert injected == f"{namespace}/castslice-serving"
     if annotations:
         metadata["annotations"] = annotations
     return {**chart, "metadata": metadata}
@@ -431,3 +451,194 @@ def test_notes_name_the_next_step(helm: Path, tmp_path: Path) -> None:
         str(path),
     )
     assert "castslice doctor --name castslice" in result.stdout
+
+
+class TestDefaults:
+    """The chart with its default values, as `helm install` would apply it."""
+
+    @pytest.fixture
+    def objects(self, defaults: Objects) -> Objects:
+        return defaults
+
+    @pytest.fixture
+    def pod_spec(self, objects: Objects) -> dict[str, Any]:
+        return only(objects, "Deployment")["spec"]["template"]["spec"]
+
+    def test_everything_namespaced_lives_in_the_namespace_the_webhook_skips(
+        self, objects: Objects
+    ) -> None:
+        hook = only(objects, "MutatingWebhookConfiguration")
+        for webhook in hook["webhooks"]:
+            assert "castslice" in webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        for obj in objects:
+            if obj["kind"] != "MutatingWebhookConfiguration":
+                assert obj["metadata"]["namespace"] == "castslice", obj["metadata"]["name"]
+
+    def test_two_replicas_and_a_disruption_budget_that_keeps_one(self, objects: Objects) -> None:
+        deployment = only(objects, "Deployment")
+        budget = only(objects, "PodDisruptionBudget")
+        assert deployment["spec"]["replicas"] >= 2
+        assert budget["spec"]["minAvailable"] >= 1
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert only(objects, "Service")["spec"]["selector"].items() <= pod_labels.items()
+
+    def test_pods_are_restricted(self, pod_spec: dict[str, Any]) -> None:
+        assert_restricted(pod_spec)
+        assert pod_spec["automountServiceAccountToken"] is False
+        assert pod_spec["enableServiceLinks"] is False
+
+    def test_runs_under_its_own_service_account(
+        self, objects: Objects, pod_spec: dict[str, Any]
+    ) -> None:
+        account = only(objects, "ServiceAccount")
+        assert pod_spec["serviceAccountName"] == account["metadata"]["name"]
+        assert account["automountServiceAccountToken"] is False
+
+    def test_resource_requests_are_set(self, pod_spec: dict[str, Any]) -> None:
+        for container in containers(pod_spec):
+            assert {"cpu", "memory"} <= container["resources"]["requests"].keys()
+            assert "memory" in container["resources"]["limits"]
+
+    def test_probes_ask_the_health_endpoint_over_https(self, pod_spec: dict[str, Any]) -> None:
+        container = pod_spec["containers"][0]
+        port_names = {port["name"] for port in container["ports"]}
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            check = container[probe]["httpGet"]
+            assert check["scheme"] == "HTTPS"
+            assert check["path"] == "/healthz"
+            assert check["port"] in port_names
+
+    def test_the_container_runs_the_tls_server_on_the_image(self, pod_spec: dict[str, Any]) -> None:
+        container = pod_spec["containers"][0]
+        assert container["image"] == f"{SAMPLE_REPOSITORY}:{__version__}"
+        assert container["command"] == ["gunicorn", "--config=python:castslice.tls"]
+        assert "args" not in container  # castslice/tls.py holds every setting
+        (https,) = [port for port in container["ports"] if port["name"] == "https"]
+        assert castslice.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
+
+    def test_the_cert_manager_secret_is_mounted_where_the_tls_server_reads_it(
+        self, objects: Objects, pod_spec: dict[str, Any]
+    ) -> None:
+        mounts = {m["name"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod_spec["volumes"]}
+        serving = next(
+            cert for cert in of_kind(objects, "Certificate") if not cert["spec"].get("isCA")
+        )
+        (tls,) = [v for v in volumes.values() if "secret" in v]
+        assert tls["secret"]["secretName"] == serving["spec"]["secretName"]
+        directory = mounts[tls["name"]]["mountPath"]
+        assert castslice.tls.certfile == f"{directory}/tls.crt"
+        assert castslice.tls.keyfile == f"{directory}/tls.key"
+        # The root filesystem is read-only; gunicorn writes its heartbeat files to /tmp.
+        assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m["mountPath"] == "/tmp")]
+
+    def test_the_serving_certificate_is_signed_by_a_ca_that_survives_its_renewal(
+        self, objects: Objects
+    ) -> None:
+        issuers = {issuer["metadata"]["name"]: issuer for issuer in of_kind(objects, "Issuer")}
+        certificates = {cert["metadata"]["name"]: cert for cert in of_kind(objects, "Certificate")}
+        serving = certificates["castslice-serving"]["spec"]
+        ca_issuer = issuers[serving["issuerRef"]["name"]]["spec"]["ca"]
+        ca = next(c["spec"] for c in certificates.values() if c["spec"].get("isCA"))
+        assert ca_issuer["secretName"] == ca["secretName"]
+        assert serving["privateKey"]["rotationPolicy"] == "Always"
+        assert "server auth" in serving["usages"]
+
+
+class TestMetrics:
+    """metrics.enabled and metrics.podMonitor.enabled, the port left at its default."""
+
+    @pytest.fixture
+    def objects(self, helm: Path, tmp_path: Path) -> Objects:
+        metrics = {"enabled": True, "podMonitor": {"enabled": True}}
+        return template(helm, tmp_path, {"metrics": metrics})
+
+    @pytest.fixture
+    def container(self, objects: Objects) -> dict[str, Any]:
+        return only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+    def test_off_by_default(self, defaults: Objects) -> None:
+        objects = defaults
+        container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert "PodMonitor" not in {obj["kind"] for obj in objects}
+        assert [port["name"] for port in container["ports"]] == ["https"]
+        assert container_environment(objects, container)["CASTSLICE_METRICS"] == "false"
+
+    def test_metrics_are_on_and_served_on_the_named_port(
+        self, objects: Objects, container: dict[str, Any]
+    ) -> None:
+        environment = container_environment(objects, container)
+        assert environment["CASTSLICE_METRICS"] == "true"
+        (metrics,) = [port for port in container["ports"] if port["name"] == "metrics"]
+        assert metrics == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+        assert environment["CASTSLICE_METRICS_PORT"] == str(metrics["containerPort"])
+        # The webhook port is untouched.
+        assert {port["name"] for port in container["ports"]} == {"https", "metrics"}
+
+    def test_the_pod_monitor_scrapes_that_port_of_the_castslice_pods(
+        self, objects: Objects
+    ) -> None:
+        monitor = only(objects, "PodMonitor")
+        deployment = only(objects, "Deployment")
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        # No namespaceSelector: Prometheus looks in the PodMonitor's own namespace.
+        assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        assert "namespaceSelector" not in monitor["spec"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert monitor["spec"]["podMetricsEndpoints"] == [
+            {"port": "metrics", "path": "/metrics", "scheme": "http"}
+        ]
+
+    def test_no_service_exposes_the_metrics_port(self, objects: Objects) -> None:
+        (service,) = [obj for obj in of_kind(objects, "Service") if obj["apiVersion"] == "v1"]
+        assert [port["targetPort"] for port in service["spec"]["ports"]] == ["https"]
+
+    @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+    def test_built_in_kinds_still_match_the_kubernetes_schemas(
+        self, objects: Objects, version: str
+    ) -> None:
+        for obj in built_in(objects):
+            kubernetes_validate.validate(obj, version, strict=True)
+        assert_restricted(only(objects, "Deployment")["spec"]["template"]["spec"])
+
+
+def test_the_registration_differs_from_the_shared_settings_only_in_client_config(
+    defaults: Objects,
+) -> None:
+    objects = defaults
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    ours = comparable(configuration, secret=False, namespace="castslice")
+    assert without_client_config(ours) == without_client_config(
+        yaml.safe_load(SHARED_WEBHOOK.read_text())
+    )
+    assert_webhook_contract(configuration)
+
+
+def test_the_registration_calls_the_service_and_gets_its_ca_from_cert_manager(
+    defaults: Objects,
+) -> None:
+    objects = defaults
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    service = only(objects, "Service")
+    for webhook in configuration["webhooks"]:
+        # caBundle is injected by cert-manager; url would bypass the Service.
+        assert webhook["clientConfig"] == {
+            "service": {
+                "name": service["metadata"]["name"],
+                "namespace": service["metadata"]["namespace"],
+                "path": "/",
+                "port": service["spec"]["ports"][0]["port"],
+            }
+        }
+
+    source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, _, name = source.partition("/")
+    certificate = next(
+        cert
+        for cert in of_kind(objects, "Certificate")
+        if (cert["metadata"]["namespace"], cert["metadata"]["name"]) == (namespace, name)
+    )
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in certificate["spec"]["dnsNames"]
