@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.helm import HelmUnavailable, helm_binary
+
 from .variants import copy_infra, render
 
 
@@ -30,6 +32,16 @@ def kubectl() -> str:
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm, built from its Go module on first use (tests/helm/build.sh)."""
+    try:
+        return helm_binary()
+    except HelmUnavailable as error:
+        ci_or_skip(str(error))
+        raise
 
 
 @pytest.fixture(scope="session")

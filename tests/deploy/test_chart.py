@@ -26,7 +26,6 @@ from castslice import __version__
 from castslice.config import Config, load_config
 from tests.helm import (
     CHART,
-    HelmUnavailable,
     Objects,
     castslice_output,
     run_helm,
@@ -34,7 +33,6 @@ from tests.helm import (
     template_error,
 )
 
-from .conftest import ci_or_skip
 from .test_manifests import assert_restricted
 from .variants import (
     SHARED_WEBHOOK,
@@ -84,17 +82,6 @@ CA_PEM = (
     "MIIBdzCCAR2gAwIBAgIUCastSliceChartTestCAxxxxxxxxwCgYIKoZIzj0EAwIw\n"
     "-----END CERTIFICATE-----\n"
 )
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    try:
-        from tests.helm import helm_binary
-
-        return helm_binary()
-    except HelmUnavailable as error:
-        ci_or_skip(str(error))
-        raise
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,6 @@ from tests.helm import (
     HelmUnavailable,
     castslice_output,
     cert_manager_crds,
-    helm_binary,
     run_helm,
     values_file,
 )
@@ -41,14 +40,6 @@ _SERVER_METADATA = (
     "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields",
 )  # fmt: skip
 _POLICY = "rules: [{name: research, namespaces: [research], optimize: true, workloadType: dev}]\n"
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    try:
-        return helm_binary()
-    except HelmUnavailable as error:
-        missing(MissingTool(str(error)))
 
 
 @pytest.fixture(scope="module")
