@@ -287,34 +287,59 @@ def container_environment_with_secrets(objects: Objects, container: dict[str, An
     return environment
 
 
+def claim_spec(count: int, requests: dict[str, str]) -> dict[str, Any]:
+    exactly = {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": count,
+        "capacity": {"requests": requests},
+    }
+    return {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.backend == "dra"][:1], ids=lambda c: c.id)
 def test_dra_claim_templates_share_one_gpu_below_a_whole_one_and_count_gpus_above(
     rendered: dict[str, Objects], case: Case
 ) -> None:
     templates = of_kind(rendered[case.id], "ResourceClaimTemplate")
     found = {(t["metadata"]["namespace"], t["metadata"]["name"]): t["spec"] for t in templates}
-    expected_names = [f"castslice-{s}-of-8" for s in (1, 3, 8, 12)]
-    assert sorted(found) == sorted(itertools.product(["research", "team-a"], expected_names))
-    for (_, name), spec in found.items():
-        slices = int(name.split("-")[1])
-        count, share = (1, slices) if slices < 8 else (-(-slices // 8), 8)
-        assert spec == {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": "gpu.nvidia.com",
-                                "allocationMode": "ExactCount",
-                                "count": count,
-                                "capacity": {"requests": {"shares": str(share)}},
-                            },
-                        }
-                    ]
-                }
-            }
-        }
+    # 12 slices of 8 per GPU are two whole GPUs: the template for 16 serves them.
+    expected = {
+        "castslice-1-of-8": claim_spec(1, {"shares": "1"}),
+        "castslice-3-of-8": claim_spec(1, {"shares": "3"}),
+        "castslice-8-of-8": claim_spec(1, {"shares": "8"}),
+        "castslice-16-of-8": claim_spec(2, {"shares": "8"}),
+    }
+    assert found == {
+        (namespace, name): spec
+        for namespace in ("research", "team-a")
+        for name, spec in expected.items()
+    }
+    for claim_template in templates:
+        assert claim_template["metadata"]["labels"]["app.kubernetes.io/part-of"] == "castslice"
+
+
+@pytest.mark.parametrize(
+    ("memory", "per_gpu", "slices", "share"),
+    [("80Gi", 8, 3, "30Gi"), ("80Gi", 3, 1, "27307Mi"), ("24576Mi", 8, 1, "3Gi"),
+     ("2Ti", 2, 1, "1Ti")],
+)  # fmt: skip
+def test_a_share_of_one_gpu_asks_for_its_share_of_the_memory_rounded_up_to_a_mebibyte(
+    helm: Path, tmp_path: Path, memory: str, per_gpu: int, slices: int, share: str
+) -> None:
+    values = {
+        "backend": "dra",
+        "slicesPerGpu": per_gpu,
+        "draGpuMemory": memory,
+        "claimTemplates": {"namespaces": ["research"], "slices": [slices, per_gpu]},
+    }
+    templates = of_kind(template(helm, tmp_path, values), "ResourceClaimTemplate")
+    specs = {t["metadata"]["name"]: t["spec"] for t in templates}
+    assert specs == {
+        f"castslice-{slices}-of-{per_gpu}": claim_spec(1, {"shares": str(slices), "memory": share}),
+        # A whole GPU asks for every share and no memory.
+        f"castslice-{per_gpu}-of-{per_gpu}": claim_spec(1, {"shares": str(per_gpu)}),
+    }
 
 
 def the_claim_templates_castslice_renders(namespaces: list[str], slices: list[int]) -> Objects:
@@ -345,6 +370,7 @@ REFUSED = [
     ({"pathToken": "short"}, "/pathToken"),
     ({"draDeviceClass": "GPU Class"}, "/draDeviceClass"),
     ({"draGpuMemory": "lots"}, "/draGpuMemory"),
+    ({"draCapacity": "9shares"}, "/draCapacity"),
     ({"claimTemplates": {"namespaces": ["Research"]}}, "/claimTemplates/namespaces/0"),
     ({"metrics": {"enabled": "yes"}}, "/metrics/enabled"),
     ({"metrics": {"port": 8443}}, "/metrics/port"),
