@@ -342,13 +342,26 @@ def test_a_share_of_one_gpu_asks_for_its_share_of_the_memory_rounded_up_to_a_meb
     }
 
 
-def the_claim_templates_castslice_renders(namespaces: list[str], slices: list[int]) -> Objects:
-    """`castslice claim-templates` for the chart's claimTemplates: what the chart must equal
-    once the dra backend ships that command."""
+def claim_templates_from_castslice(
+    namespaces: list[str], slices: list[int], env: dict[str, str]
+) -> Objects:
+    """`castslice claim-templates` for the chart's claimTemplates, with the CASTSLICE_*
+    settings `env`: what the chart's ResourceClaimTemplates must equal once the dra backend
+    ships that command. Compare with chart_claim_templates(); the chart adds only its labels."""
     from tests.helm import claim_templates_command
 
-    output = castslice_output(claim_templates_command(namespaces, slices))
+    output = castslice_output(claim_templates_command(namespaces, slices), env)
     return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def chart_claim_templates(objects: Objects) -> Objects:
+    """The chart's ResourceClaimTemplates less the labels only the chart adds."""
+    kept = []
+    for claim in of_kind(objects, "ResourceClaimTemplate"):
+        claim = copy_of(claim)
+        claim["metadata"]["labels"] = {"app.kubernetes.io/part-of": "castslice"}
+        kept.append(claim)
+    return kept
 
 
 # A bad value and what the refusal must name; the schema checks what the environment would.
