@@ -199,8 +199,9 @@ def test_install_upgrade_and_uninstall(
     assert hooks[0]["webhooks"][1] == hooks[1]["webhooks"][1]
 
     # Uninstalled: nothing of the release left, the registration deleted before the Deployment.
-    now = kubectl_user.run("get", "mutatingwebhookconfigurations", "-o", "json").stdout
-    since = json.loads(now)["metadata"]["resourceVersion"]
+    # The server's list (kubectl's own lists carry no resourceVersion): where to replay from.
+    now = kubectl_user.run("get", "--raw", f"/apis/{_GROUP_VERSION['deployments']}/deployments")
+    since = json.loads(now.stdout)["metadata"]["resourceVersion"]
     helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", namespace, "--wait")
     left = kubectl_user.run("get", "-f", str(upgraded_manifest), "--ignore-not-found", "-o", "name")
     assert left.stdout.strip() == ""
