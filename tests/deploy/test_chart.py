@@ -668,3 +668,45 @@ def test_the_registration_calls_the_service_and_gets_its_ca_from_cert_manager(
     )
     host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert host in certificate["spec"]["dnsNames"]
+
+
+def test_every_setting_other_than_its_default_reaches_the_application(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = {
+        "backend": "nvidia",
+        "slicesPerGpu": 8,
+        "sharingDegrees": [8, 2],
+        "sharingStrategy": "mps",
+        "sharedResource": "example.com/gpu-slice",
+        "gpuResource": "example.com/gpu",
+        "presets": {"training": 8, "inference": None, "notebook": 3},
+        "defaultSlices": 2,
+        "maxSliceRatio": 1_000_000,
+        "pathToken": SAMPLE_TOKEN,
+        "metrics": {"enabled": True, "port": 9191},
+    }
+    objects = template(helm, tmp_path, values)
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
+    loaded = load_config(environment)
+    assert loaded == Config(
+        shared_resource="example.com/gpu-slice",
+        gpu_resource="example.com/gpu",
+        presets={"training": 8, "batch": 2, "dev": 1, "notebook": 3},
+        default_slices=2,
+        max_slice_ratio=1_000_000,
+        path_token=SAMPLE_TOKEN,
+        backend="nvidia",
+        slices_per_gpu=8,
+        sharing_degrees=(2, 8),
+        sharing_strategy="mps",
+        metrics=True,
+        metrics_port=9191,
+    )
+    default = Config()
+    for field in dataclasses.fields(Config):
+        if field.name != "policy":
+            assert getattr(loaded, field.name) != getattr(default, field.name), field.name
