@@ -15,7 +15,8 @@ import functions_framework.aio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from castslice.config import ConfigError, load_config
+from castslice.config import ConfigError
+from castslice.environment import load_config
 from castslice.webhook import Webhook
 
 try:

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
+from .contract import CONTAINER_LISTS
 from .kube import ObjectMeta, PodSpec, ResourceRequirements
-
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
 class PatchOperation(TypedDict):

@@ -9,7 +9,8 @@ from typing import Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from .kube import WORKLOAD_TEMPLATES, Pod, Workload
+from .contract import WORKLOAD_KIND_NAMES, WORKLOADS
+from .kube import Pod, Workload
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -117,21 +118,15 @@ def decode_review(body: bytes) -> AdmissionRequest:
     # By name first and inline: this runs on every review, and a Pod is settled by its kind.
     if (
         object_kind is not None
-        and object_kind.get("kind") in _WORKLOAD_KINDS
-        and is_workload(object_kind)
+        and object_kind.get("kind") in WORKLOAD_KIND_NAMES
+        and _is_workload(object_kind)
     ):
         return _workload_request(body, request["uid"])
     return request
 
 
-def is_workload(kind: GroupVersionKind | None) -> bool:
-    """Whether `kind` is a workload with a Pod template (Deployment, Job, CronJob…)."""
-    return kind is not None and (
-        (kind.get("group"), kind.get("version"), kind.get("kind")) in WORKLOAD_TEMPLATES
-    )
-
-
-_WORKLOAD_KINDS = frozenset(kind for _, _, kind in WORKLOAD_TEMPLATES)
+def _is_workload(kind: GroupVersionKind) -> bool:
+    return (kind.get("group"), kind.get("version"), kind.get("kind")) in WORKLOADS
 
 
 def _workload_request(body: bytes, uid: str) -> AdmissionRequest[Workload]:

@@ -15,15 +15,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice.admission import _share
 from castslice.backends import backend_for, sharing_degree
 from castslice.cli import main
-from castslice.config import load_config, parse_bounded_int
+from castslice.environment import load_config
+from castslice.names import parse_bounded_int
 from castslice.policymode import NAME, WARNING_PREFIX, expr, render, render_json, render_yaml
 from castslice.policymode.decision import ratio_pattern
-from castslice.policymode.manifests import WARNING_SLOTS, WARNINGS_NAME
 from castslice.policymode.placement import PlacementCel
+from castslice.policymode.policies import WARNING_SLOTS, WARNINGS_NAME
 from castslice.registration import webhook_configuration
+from castslice.slices import share_text
 
 EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").read_text()
 
@@ -260,7 +261,7 @@ def test_placement_values_are_the_backends_own_answers(backend: str) -> None:
     assert placement.whole == real.place(config.slices_per_gpu)
     variables = dict(placement.variables())
     for degree, answer in placement.sharing.items():
-        assert f'{degree}: "{_share(answer.gpus)}"' in variables["share"]
+        assert f'{degree}: "{share_text(answer.gpus)}"' in variables["share"]
     assert (
         placement.renamed()
         == {"resource": "true", "nvidia": "variables.degree > 0", "gke": "false"}[config.backend]

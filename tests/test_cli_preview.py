@@ -23,7 +23,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from castslice import cli
-from castslice.manifests import MAX_FILE_BYTES
+from castslice.manifest_files import MAX_FILE_BYTES
 from tests.factories import apply_response, make_review
 from tests.test_http import review_response
 

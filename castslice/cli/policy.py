@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..config import load_config
+from ..environment import load_config
 from ..policymode import render_json, render_yaml
 
 
@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         choices=("yaml", "json"),
         default="yaml",
-        help="yaml (default): the four objects as a multi-document stream with comments; "
+        help="yaml (default): the four policies and their four bindings as a multi-document "
+        "stream with comments; "
         "json: a List",
     )
 

@@ -26,11 +26,12 @@ from typing import Any, Literal
 import jsonpatch
 import msgspec
 
-from ..admission import Outcome, PodAdmission
-from ..config import load_config
-from ..manifests import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..admission import Admission
+from ..environment import load_config
+from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..outcome import Outcome
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
-from ..workloads import pod_template, template_path, templated_pod
+from ..workloads import kind_of, pod_templates, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 
 DEFAULT_NAMESPACE = "default"
@@ -89,7 +90,7 @@ class Preview:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(os.environ)
-    admission = PodAdmission(config)
+    admission = Admission(config)
     try:
         documents = read_documents(args.filename, sys.stdin.buffer)
         previews = [
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def preview(
-    admission: PodAdmission, where: str, manifest: dict[str, Any], namespace: str | None
+    admission: Admission, where: str, manifest: dict[str, Any], namespace: str | None
 ) -> Preview:
     """`manifest` as CastSlice would leave it; `where` names it in errors."""
     kind = _kind_of(manifest)
@@ -128,20 +129,24 @@ def preview(
         outcome, after = _review_pod(admission, where, manifest, namespace, "")
         return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
 
-    path = template_path(kind)
-    if path is None:
+    workload = kind_of(kind)
+    if workload is None:
         return Preview(reference, manifest, manifest, "passed through")
     checked = _review(admission, where, kind, manifest, namespace, "")
-    template = pod_template(manifest, path)
-    if template is None:
+    templates = pod_templates(manifest, workload)
+    if not templates:
         return Preview(reference, manifest, manifest, "unchanged", _warnings(checked))
-    pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
-    outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
     after = manifest
-    if pod_after != pod:
-        after = copy.deepcopy(manifest)
-        _replace_template(after, path, pod_after)
-    return Preview(reference, manifest, after, _status(outcome), _warnings(checked))
+    status: Status = "unchanged"
+    for _, path, template in templates:
+        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
+        outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
+        if _status(outcome) == "sliced":
+            status = "sliced"
+        if pod_after != pod:
+            after = copy.deepcopy(manifest) if after is manifest else after
+            _replace_template(after, path, pod_after)
+    return Preview(reference, manifest, after, status, _warnings(checked))
 
 
 def diff(previews: list[Preview], backend: str) -> str:
@@ -173,7 +178,7 @@ def summary(previews: list[Preview]) -> str:
 
 
 def _review_pod(
-    admission: PodAdmission, where: str, pod: dict[str, Any], namespace: str, path: str
+    admission: Admission, where: str, pod: dict[str, Any], namespace: str, path: str
 ) -> tuple[Outcome, dict[str, Any]]:
     outcome = _review(admission, where, POD_KIND, pod, namespace, path)
     patch = outcome.response.get("patch")
@@ -183,7 +188,7 @@ def _review_pod(
 
 
 def _review(
-    admission: PodAdmission,
+    admission: Admission,
     where: str,
     kind: GroupVersionKind,
     manifest: dict[str, Any],
@@ -216,9 +221,9 @@ def _review(
 
 
 def _replace_template(manifest: dict[str, Any], path: tuple[str, ...], pod: dict[str, Any]) -> None:
-    parent = manifest
+    parent: Any = manifest
     for key in path[:-1]:
-        parent = parent[key]
+        parent = parent[int(key)] if isinstance(parent, list) else parent[key]
     template = parent[path[-1]]
     if "metadata" not in template:
         template = {"metadata": None, **template}

@@ -13,15 +13,11 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from ..config import Config, load_config
-from ..enrolment import PolicyError, load_policy, read_policy_file
-from ..registration import (
-    DEFAULT_NAME,
-    DEFAULT_NAMESPACE,
-    RegistrationError,
-    to_yaml,
-    webhook_configuration,
-)
+from ..config import Config
+from ..contract import DEFAULT_NAMESPACE
+from ..environment import load_config
+from ..policy_file import PolicyError, load_policy, read_policy_file
+from ..registration import DEFAULT_NAME, RegistrationError, to_yaml, webhook_configuration
 from . import EXIT_OK, CommandError
 
 # The variables that change what this command prints (the policy, and the GPU resource its

@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonpatch
 
-from ..admission import APPLIED, PodAdmission
+from ..admission import Admission
 from ..config import Config
-from ..slices import OPTIMIZE
+from ..contract import APPLIED, OPTIMIZE
 from .cluster import ApiError, Cluster
 from .report import Result, failed, passed
 
@@ -64,7 +64,7 @@ def expected_pod(config: Config, pod: Manifest, namespace: str) -> Manifest:
         "dryRun": True,
         "object": copy.deepcopy(pod),
     }
-    response = PodAdmission(config).review(request).response  # type: ignore[arg-type]
+    response = Admission(config).review(request).response  # type: ignore[arg-type]
     if "patch" not in response:
         return copy.deepcopy(pod)
     return jsonpatch.apply_patch(pod, json.loads(response["patch"]))

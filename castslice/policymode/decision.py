@@ -7,25 +7,18 @@ read the same answer.
 
 from __future__ import annotations
 
-import msgspec
-
 from ..config import Config
-from ..enrolment import Policy, Requirement, Rule
-from ..registration import namespace_matches
-from ..slices import SLICE_RATIO, WORKLOAD_TYPE
+from ..contract import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from ..rules import Policy, Requirement, Rule
+from ..selection import namespace_matches
 from . import expr
 from .expr import Expr, literal, string, variable
-
-# The webhook writes the decision record with msgspec's JSON encoder.
-_json = msgspec.json.Encoder()
 
 # The Kubernetes field of a required node affinity.
 REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
 
 # (name, CEL expression) in the order the policy must declare them.
 Variables = list[tuple[str, Expr]]
-
-CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def annotation(key: str) -> Expr:
@@ -37,11 +30,6 @@ def ratio_pattern(max_slice_ratio: int) -> str:
     """RE2 pattern of what config.parse_bounded_int accepts below 10**len(str(max))."""
     digits = len(str(max_slice_ratio))
     return f"^0*[1-9][0-9]{{0,{digits - 1}}}$"
-
-
-def json_string(text: str) -> str:
-    """`text` as the decision record's JSON encoder writes it."""
-    return _json.encode(text).decode()
 
 
 def slice_variables(config: Config, root: str = "object") -> Variables:
@@ -152,7 +140,7 @@ def any_gpu_container(gpu: str, root: str = "object") -> Expr:
     return expr.any_of(
         *(
             f"{containers_of(kind, root)}.exists(c, {gpu_requested('c', gpu)})"
-            for kind in CONTAINER_KINDS
+            for kind in CONTAINER_LISTS
         )
     )
 

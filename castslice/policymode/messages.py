@@ -7,13 +7,9 @@ and castslice.admission (placed by hand, less than asked).
 from __future__ import annotations
 
 from ..config import Config
-from ..slices import (
-    MAX_WARNING_LENGTH,
-    POLICY_SOURCE_PREFIX,
-    SLICE_RATIO,
-    WORKLOAD_TYPE,
-    _known_types,
-)
+from ..contract import SLICE_RATIO, WORKLOAD_TYPE
+from ..rules import POLICY_SOURCE_PREFIX
+from ..slices import MAX_WARNING_LENGTH, known_types
 from ..slices import shorten as shorten_text
 from . import expr
 from .expr import Expr, literal, string, variable
@@ -155,7 +151,7 @@ def annotation_warnings(config: Config) -> Expr:
     ratio_why = f"want a whole number 1-{config.max_slice_ratio}"
     ratio = ignored_warning(SLICE_RATIO, f"{annotations}[{string(SLICE_RATIO)}]", ratio_why)
     workload = ignored_warning(
-        WORKLOAD_TYPE, f"{annotations}[{string(WORKLOAD_TYPE)}]", _known_types(config)
+        WORKLOAD_TYPE, f"{annotations}[{string(WORKLOAD_TYPE)}]", known_types(config)
     )
     return f"({ratio_invalid} ? [{ratio}] : []) + ({type_unknown} ? [{workload}] : [])"
 

@@ -6,12 +6,11 @@ so the API server stores the same Pod whichever engine ran.
 
 from __future__ import annotations
 
-from ..admission import APPLIED
 from ..config import Config
+from ..contract import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
 from ..patch import escape_pointer_token
 from . import expr
 from .decision import (
-    CONTAINER_KINDS,
     REQUIRED_AFFINITY,
     containers_of,
     gpu_requested,
@@ -81,7 +80,7 @@ def gpu_containers(config: Config, root: str = "object") -> Expr:
     Each is `{"path": JSON pointer, "name": name or kind[index], "container": object}`.
     """
     lists = []
-    for kind in CONTAINER_KINDS:
+    for kind in CONTAINER_LISTS:
         path = f"{string(f'/spec/{kind}/')} + string(index)"
         name = expr.if_else(
             "container.?name.orValue('') != ''",
@@ -196,10 +195,11 @@ def original_entries(config: Config) -> Expr:
 
 
 def record(backend: str) -> Expr:
-    """CEL for the decision record, byte for byte the webhook's compact JSON."""
-    before_slices = '{"slices":'
-    before_source = ',"source":'
-    before_original = f',"backend":"{backend}","original":{{'
+    """CEL for the decision record, byte for byte DecisionRecord.encode()."""
+    slices, source, backend_field, original = map(json_string, DecisionRecord.__struct_fields__)
+    before_slices = "{" + slices + ":"
+    before_source = "," + source + ":"
+    before_original = f",{backend_field}:{json_string(backend)},{original}:{{"
     return (
         f"{string(before_slices)} + string({variable('slices')}) + "
         f"{string(before_source)} + {variable('sourceJson')} + {string(before_original)} + "

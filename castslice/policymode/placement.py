@@ -7,9 +7,9 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
-from ..admission import _share as share_text
 from ..backends import Placement, backend_for, sharing_degree
 from ..config import Config
+from ..slices import share_text
 from . import expr
 from .expr import Expr, literal, string, variable
 
@@ -31,7 +31,8 @@ class PlacementCel:
         per_gpu = config.slices_per_gpu
         # s = S // d reaches every degree d the backend can ever choose (d <= S).
         self.sharing: dict[int, Placement] = {}
-        if self.backend.name != "resource":
+        self.counts_slices = self.backend.policy_arithmetic() == "slice-count"
+        if not self.counts_slices:
             for offered in config.sharing_degrees:
                 if offered <= per_gpu:
                     slices = per_gpu // offered
@@ -40,11 +41,11 @@ class PlacementCel:
                         self.sharing[degree] = self.backend.place(slices)
         self.whole = self.backend.place(per_gpu)
         self.resource = self._one_value(
-            {p.resource for p in self.sharing.values()} or {self.config.shared_resource}
+            {p.resource for p in self.sharing.values()} or {self.backend.shared_resource}
         )
 
     def renamed(self) -> Expr:
-        if self.backend.name == "resource":
+        if self.counts_slices:
             return "true"
         renames = self.resource != self.gpu and bool(self.sharing)
         if self.whole.resource != self.gpu:
@@ -54,7 +55,7 @@ class PlacementCel:
     def variables(self) -> Variables:
         slices = variable("slices")
         per_gpu = self.config.slices_per_gpu
-        if self.backend.name == "resource":
+        if self.counts_slices:
             return [
                 ("quantity", f"string({slices})"),
                 ("selector", "{}"),
@@ -102,7 +103,7 @@ class PlacementCel:
 
     def gives_less(self, asked: Expr) -> Expr:
         """CEL: the share is less than `asked` GPUs (`asked`: ASCII digits, no leading zero)."""
-        if self.backend.name == "resource":
+        if self.counts_slices:
             # More digits than the largest slice count: the ask exceeds any share.
             digits = len(str(self.config.max_slice_ratio))
             return expr.any_of(

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import cel, registration
-from ..admission import APPLIED
+from .. import cel, selection
 from ..config import Config
-from ..registration import DEFAULT_NAMESPACE, namespace_selector, pod_match_conditions
-from ..slices import SLICE_RATIO, WORKLOAD_TYPE
-from . import expr, messages, workloads
+from ..contract import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from ..registration import POD_WEBHOOK
+from ..selection import namespace_selector, pod_match_conditions, pod_rules
+from . import expr, messages
+from . import workload_warnings as workloads
 from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
 from .expr import Expr, string, variable
 from .mutation import gpu_containers, original_entries, patch, record
@@ -35,7 +36,7 @@ Manifest = dict[str, Any]
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The webhook's name: the audit policy's annotations then carry the same keys as
 # the webhook's (`pods.castslice.castops.io/slices`).
-NAME = "pods.castslice.castops.io"
+NAME = POD_WEBHOOK
 WARNINGS_NAME = "pod-warnings.castslice.castops.io"
 LABELS = {"app.kubernetes.io/name": "castslice", "app.kubernetes.io/component": "policy"}
 MINIMUM_KUBERNETES = "1.36"
@@ -50,7 +51,7 @@ WARNING_PREFIX = (
 )
 WORKLOAD_WARNING_PREFIX = WARNING_PREFIX.replace(WARNINGS_NAME, workloads.NAME)
 
-_RECORD_MEMBERS = '"original":{'
+_RECORD_MEMBERS = json_string("original") + ":{"
 # A member of the record's `original` whose quantity is not exactly "1": only such a
 # container can have been given less than it asked for (a whole number above 1).
 _ASKED_MORE_THAN_ONE = r'(?s)"original":\{.*":"([^1"]|1[^"])'
@@ -105,17 +106,9 @@ def may_warn(config: Config, placement: PlacementCel, annotations: Expr) -> Expr
 def _match_resources() -> Manifest:
     """As the Pod webhook's rules: CREATE of core v1 Pods, outside the excluded namespaces."""
     return {
-        "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
+        "namespaceSelector": namespace_selector(),
         "matchPolicy": "Equivalent",
-        "resourceRules": [
-            {
-                "operations": ["CREATE"],
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "scope": "*",
-            }
-        ],
+        "resourceRules": pod_rules(),
     }
 
 
@@ -130,13 +123,13 @@ def validated_pod_conditions(config: Config) -> list[tuple[str, Expr]]:
     policy = config.policy
     if policy is None or not policy.enrols_anyone:
         return pod_conditions(config)
-    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
-    reviewed = cel.any_of([registration.requests_gpu(config.gpu_resource), recorded])
-    enrolled = cel.all_of([reviewed, registration.policy_enrols(policy)])
+    recorded = cel.has_key(selection.ANNOTATIONS, APPLIED)
+    reviewed = cel.any_of([selection.requests_gpu(config.gpu_resource), recorded])
+    enrolled = cel.all_of([reviewed, selection.policy_enrols(policy)])
     return [
-        ("not-opted-out", registration.not_opted_out()),
-        ("opted-in-or-enrolled", cel.any_of([registration.opted_in(), enrolled])),
-        ("not-a-mirror-pod", registration.not_a_mirror_pod()),
+        ("not-opted-out", selection.not_opted_out()),
+        ("opted-in-or-enrolled", cel.any_of([selection.opted_in(), enrolled])),
+        ("not-a-mirror-pod", selection.not_a_mirror_pod()),
     ]
 
 
@@ -245,7 +238,7 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
         ("slice-source", variable("source")),
         ("backend", string(config.backend)),
     ]
-    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
+    recorded = cel.has_key(selection.ANNOTATIONS, APPLIED)
     return _manifest(
         "ValidatingAdmissionPolicy",
         NAME,

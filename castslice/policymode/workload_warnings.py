@@ -9,32 +9,32 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from ..admission import APPLIED
 from ..config import Config
-from ..kube import WORKLOAD_TEMPLATES
-from ..registration import (
-    DEFAULT_NAMESPACE,
-    namespace_selector,
-    workload_rules,
-    workload_webhook,
+from ..contract import (
+    ANNOTATION_PREFIX,
+    APPLIED,
+    MIRROR,
+    OPTIMIZE,
+    USER_ANNOTATIONS,
+    WORKLOAD_KINDS,
 )
-from ..slices import MAX_WARNING_LENGTH, MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
+from ..registration import WORKLOAD_WEBHOOK
+from ..selection import namespace_selector, workload_match_conditions, workload_rules
+from ..slices import MAX_WARNING_LENGTH
 from ..slices import clip as clip_text
-from ..workloads import PREFIX
 from . import expr, messages
 from .decision import Variables, placed_by_hand, slice_variables
 from .expr import Expr, literal, string, variable
 from .mutation import asked_quantity, gpu_containers
 from .placement import PlacementCel
 
-NAME = "workloads.castslice.castops.io"
+NAME = WORKLOAD_WEBHOOK
 POD = "variables.pod"
-_KNOWN_KEYS = (OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO)
 
 
 def shown_key(key: Expr) -> Expr:
     """CEL for workloads._key: CastSlice's own keys as they are, any other shortened."""
-    return expr.if_else(f"{key} in {literal(list(_KNOWN_KEYS))}", key, messages.shorten(key))
+    return expr.if_else(f"{key} in {literal(list(USER_ANNOTATIONS))}", key, messages.shorten(key))
 
 
 def our_keys(annotations: Expr) -> Expr:
@@ -42,14 +42,23 @@ def our_keys(annotations: Expr) -> Expr:
 
     The API server sends objects with map keys sorted; CEL's map order is not defined.
     """
-    return f"{annotations}.filter(key, key.startsWith({string(PREFIX)})).sort()"
+    return f"{annotations}.filter(key, key.startsWith({string(ANNOTATION_PREFIX)})).sort()"
 
 
 def template_paths() -> tuple[str, str]:
-    """Where Deployments & co. and CronJobs keep their Pod template, as dotted paths."""
-    paths = {".".join(path) for path in WORKLOAD_TEMPLATES.values()}
-    cron = ".".join(WORKLOAD_TEMPLATES[("batch", "v1", "CronJob")])
-    (other,) = paths - {cron}
+    """Where Deployments & co. and CronJobs keep their Pod template, as dotted paths.
+
+    Policy mode renders one template per kind at a fixed path; a kind with several
+    templates, or wildcards in the path, is refused here until its CEL is written.
+    """
+    paths: dict[str, str] = {}
+    for kind in WORKLOAD_KINDS:
+        (location,) = kind.templates
+        if location.has_wildcards:
+            raise ValueError(f"policy mode has no CEL for the templates of {kind.kind}")
+        paths[kind.kind] = location.dotted()
+    cron = paths["CronJob"]
+    (other,) = set(paths.values()) - {cron}
     return other, cron
 
 
@@ -89,7 +98,7 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
             f"{string(APPLIED)} in {annotations}",
         ),
         (
-            # What the Pod review of the template warns about (admission.PodAdmission.review).
+            # What the Pod review of the template warns about (admission.Admission.review).
             "podWarnings",
             f"{messages.annotation_warnings(config)} + "
             + expr.if_else(
@@ -188,7 +197,7 @@ def _skipped() -> Expr:
 
 def match_resources() -> dict:
     return {
-        "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
+        "namespaceSelector": namespace_selector(),
         "matchPolicy": "Equivalent",
         "resourceRules": workload_rules(),
     }
@@ -196,5 +205,4 @@ def match_resources() -> dict:
 
 def conditions() -> list[tuple[str, Expr]]:
     """The workload webhook's own matchConditions: only annotated workloads are reviewed."""
-    hook = workload_webhook(client={}, namespaces={})
-    return [(c["name"], c["expression"]) for c in hook["matchConditions"]]
+    return [(c["name"], c["expression"]) for c in workload_match_conditions()]
