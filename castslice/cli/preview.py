@@ -31,6 +31,7 @@ from ..environment import load_config
 from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
 from ..outcome import Outcome
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
+from ..selection import sends_pod, sends_workload
 from ..workloads import kind_of, pod_templates, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 
@@ -86,6 +87,8 @@ class Preview:
     after: dict[str, Any]
     status: Status
     warnings: list[str] = field(default_factory=list)
+    # Why the API server would never send it (or its Pods) to CastSlice, when it would not.
+    not_sent: str | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     for item in flat:
         for warning in item.warnings:
             print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
+        if item.not_sent:
+            print(
+                f"Note: {item.reference}: not sent to CastSlice: {item.not_sent}", file=sys.stderr
+            )
     print(summary(flat), file=sys.stderr)
     return EXIT_PROBLEM if args.strict and any(item.warnings for item in flat) else EXIT_OK
 
@@ -125,28 +132,40 @@ def preview(
     kind = _kind_of(manifest)
     namespace = _namespace(where, manifest, namespace)
     reference = f"{manifest['kind']} {namespace}/{_name(manifest)}"
+    config = admission.config
     if kind == POD_KIND:
         outcome, after = _review_pod(admission, where, manifest, namespace, "")
+        selection = sends_pod(config, manifest, namespace)
+        if not selection.sent:
+            return Preview(reference, manifest, manifest, "unchanged", [], selection.why_not)
         return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
 
     workload = kind_of(kind)
     if workload is None:
         return Preview(reference, manifest, manifest, "passed through")
     checked = _review(admission, where, kind, manifest, namespace, "")
+    # The workload and the Pods it creates are separate requests, each sent or not on its own.
+    sent = sends_workload(manifest, workload.group, workload.version, workload.kind, namespace)
+    warnings = _warnings(checked) if sent.sent else []
     templates = pod_templates(manifest, workload)
     if not templates:
-        return Preview(reference, manifest, manifest, "unchanged", _warnings(checked))
+        return Preview(reference, manifest, manifest, "unchanged", warnings, sent.why_not)
     after = manifest
     status: Status = "unchanged"
+    not_sent: str | None = None
     for _, path, template in templates:
         pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
         outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
+        selection = sends_pod(config, pod, namespace)
+        if not selection.sent:
+            not_sent = not_sent or f"its Pods: {selection.why_not}"
+            continue
         if _status(outcome) == "sliced":
             status = "sliced"
         if pod_after != pod:
             after = copy.deepcopy(manifest) if after is manifest else after
             _replace_template(after, path, pod_after)
-    return Preview(reference, manifest, after, status, _warnings(checked))
+    return Preview(reference, manifest, after, status, warnings, not_sent)
 
 
 def diff(previews: list[Preview], backend: str) -> str:
@@ -170,10 +189,12 @@ def summary(previews: list[Preview]) -> str:
     for item in previews:
         counts[item.status] += 1
     warnings = sum(len(item.warnings) for item in previews)
+    not_sent = sum(1 for item in previews if item.not_sent)
+    unsent = f" ({not_sent} not sent to CastSlice)" if not_sent else ""
     return (
         f"{_count(len(previews), 'object')}: {counts['sliced']} sliced, "
-        f"{counts['unchanged']} left unchanged, {counts['passed through']} passed through "
-        f"(no Pods); {_count(warnings, 'warning')}"
+        f"{counts['unchanged']} left unchanged{unsent}, {counts['passed through']} passed "
+        f"through (no Pods); {_count(warnings, 'warning')}"
     )
 
 
