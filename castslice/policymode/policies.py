@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from .. import cel, selection
+from ..cel import Expr, string, variable
 from ..config import Config
 from ..contract import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
 from ..registration import POD_WEBHOOK
 from ..selection import namespace_selector, pod_match_conditions, pod_rules
-from . import expr, messages
+from . import messages
 from . import workload_warnings as workloads
 from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
-from .expr import Expr, string, variable
 from .mutation import gpu_containers, original_entries, patch, record
 from .placement import PlacementCel
 
@@ -91,15 +91,17 @@ def may_warn(config: Config, placement: PlacementCel, annotations: Expr) -> Expr
         if placement.placement_keys
         else "false"
     )
-    return expr.any_of(
-        f"{ratio} in {annotations}",
-        f"({kind} in {annotations} && !({annotations}[{kind}] in "
-        f"{expr.literal(list(config.presets))}))",
-        expr.if_else(
-            f"{applied} in {annotations}",
-            f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
-            hand_placed,
-        ),
+    return cel.any_of(
+        [
+            f"{ratio} in {annotations}",
+            f"({kind} in {annotations} && !({annotations}[{kind}] in "
+            f"{cel.literal(list(config.presets))}))",
+            cel.if_else(
+                f"{applied} in {annotations}",
+                f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
+                hand_placed,
+            ),
+        ]
     )
 
 
@@ -204,7 +206,7 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
             f"{string(APPLIED)} in {annotations} && !{variable('recordedByUser')}",
         ),
         ("handPlaced", placed_by_hand(placement.placement_keys)),
-        ("members", expr.if_else(variable("mutated"), members, "[]")),
+        ("members", cel.if_else(variable("mutated"), members, "[]")),
         (
             "lessThanAsked",
             f"{variable('members')}.filter(entry, {less}).map(entry, "
@@ -212,14 +214,14 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
         ),
         (
             "warnings",
-            expr.if_else(
+            cel.if_else(
                 f"{string(APPLIED)} in {annotations} && {variable('recordedByUser')}",
                 "[]",
                 f"{messages.annotation_warnings(config)} + "
-                + expr.if_else(
+                + cel.if_else(
                     variable("mutated"),
                     variable("lessThanAsked"),
-                    expr.if_else(
+                    cel.if_else(
                         f"size({hand_placed}) > 0 && {any_gpu_container(config.gpu_resource)}",
                         f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
                         "[]",
@@ -267,7 +269,7 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
 def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
     """The webhook's warnings on Pods, for the Pods that can get any."""
     placement = PlacementCel(config)
-    annotations = expr.optional_map("object.?metadata.?annotations")
+    annotations = cel.optional_map("object.?metadata.?annotations")
     return _manifest(
         "ValidatingAdmissionPolicy",
         WARNINGS_NAME,
@@ -276,7 +278,7 @@ def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
             "matchConstraints": _match_resources(),
             "matchConditions": _conditions(
                 *validated_pod_conditions(config),
-                ("may-warn", expr.let("a", annotations, may_warn(config, placement, "a"))),
+                ("may-warn", cel.let("a", annotations, may_warn(config, placement, "a"))),
             ),
             "variables": _variables(
                 [*decision_variables(config, placement), *warning_variables(config, placement)]

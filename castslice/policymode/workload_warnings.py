@@ -9,6 +9,8 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
+from .. import cel
+from ..cel import Expr, literal, string, variable
 from ..config import Config
 from ..contract import (
     ANNOTATION_PREFIX,
@@ -22,9 +24,8 @@ from ..registration import WORKLOAD_WEBHOOK
 from ..selection import namespace_selector, workload_match_conditions, workload_rules
 from ..slices import MAX_WARNING_LENGTH
 from ..slices import clip as clip_text
-from . import expr, messages
+from . import messages
 from .decision import Variables, placed_by_hand, slice_variables
-from .expr import Expr, literal, string, variable
 from .mutation import asked_quantity, gpu_containers
 from .placement import PlacementCel
 
@@ -34,7 +35,7 @@ POD = "variables.pod"
 
 def shown_key(key: Expr) -> Expr:
     """CEL for workloads._key: CastSlice's own keys as they are, any other shortened."""
-    return expr.if_else(f"{key} in {literal(list(USER_ANNOTATIONS))}", key, messages.shorten(key))
+    return cel.if_else(f"{key} in {literal(list(USER_ANNOTATIONS))}", key, messages.shorten(key))
 
 
 def our_keys(annotations: Expr) -> Expr:
@@ -65,7 +66,7 @@ def template_paths() -> tuple[str, str]:
 def workload_variables(config: Config, placement: PlacementCel) -> Variables:
     other, cron = template_paths()
     is_cron = f"request.kind.kind == {string('CronJob')}"
-    template = expr.if_else(
+    template = cel.if_else(
         is_cron, "object.?" + cron.replace(".", ".?"), "object.?" + other.replace(".", ".?")
     )
     annotations = variable("annotations")
@@ -101,10 +102,10 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
             # What the Pod review of the template warns about (admission.Admission.review).
             "podWarnings",
             f"{messages.annotation_warnings(config)} + "
-            + expr.if_else(
+            + cel.if_else(
                 f"size({gpu}) == 0",
                 "[]",
-                expr.if_else(
+                cel.if_else(
                     f"size({hand_placed}) > 0",
                     f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
                     f"{gpu}.filter(found, {messages.less_than_asked(placement, asked)})"
@@ -116,17 +117,17 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
         ("skippedWarnings", _skipped()),
         (
             "warnings",
-            expr.if_else(
+            cel.if_else(
                 f"!{variable('hasTemplate')}",
                 "[]",
                 f"({variable('misplaced')} + "
-                + expr.if_else(
+                + cel.if_else(
                     variable("skipped"),
                     variable("skippedWarnings"),
                     f"{variable('podWarnings')} + "
-                    + expr.if_else(f"size({gpu}) == 0", f"[{string(_no_gpu(config))}]", "[]"),
+                    + cel.if_else(f"size({gpu}) == 0", f"[{string(_no_gpu(config))}]", "[]"),
                 )
-                + f").map(w, {expr.clip('w', MAX_WARNING_LENGTH)})",
+                + f").map(w, {cel.clip('w', MAX_WARNING_LENGTH)})",
             ),
         ),
     ]
@@ -144,7 +145,7 @@ def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
     template_annotations = variable("annotations")
 
     def ignored(metadata: Expr, where: Expr, destination: str) -> Expr:
-        keys = our_keys(expr.optional_map(f"{metadata}.?annotations"))
+        keys = our_keys(cel.optional_map(f"{metadata}.?annotations"))
         return (
             f"{keys}.filter(key, !(key in {template_annotations})).map(key, "
             f"{shown_key('key')} + {string(' on ')} + {where} + "
@@ -152,7 +153,7 @@ def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
         )
 
     workload = f"{string('the ')} + request.kind.kind"
-    return expr.if_else(
+    return cel.if_else(
         is_cron,
         ignored("object.?metadata", workload, f"{cron}.metadata.annotations")
         + " + "
@@ -169,23 +170,23 @@ def _skipped() -> Expr:
     """CEL list for workloads._skipped: why an annotated template's Pods stay unchanged."""
     annotations = variable("annotations")
     optimize = f"{annotations}[?{string(OPTIMIZE)}]"
-    reason = expr.if_else(
+    reason = cel.if_else(
         f"{string(MIRROR)} in {annotations}", string("mirror pod"), string("already applied")
     )
     not_true = string(' is not "true"; the Pods are not sliced')
     shown_value = messages.shorten(optimize + ".value()")
     is_set = string(" is set but " + OPTIMIZE)
     ours = our_keys(annotations)
-    return expr.if_else(
+    return cel.if_else(
         f"{optimize}.orValue('') == {string('true')}",
         f"[{string('castslice leaves the Pods of this template unchanged: ')} + {reason}]",
-        expr.if_else(
+        cel.if_else(
             f"{optimize}.orValue('') == {string('false')}",
             "[]",
-            expr.if_else(
+            cel.if_else(
                 f"{optimize}.hasValue()",
                 f"[{string(OPTIMIZE + '=')} + {shown_value} + {not_true}]",
-                expr.if_else(
+                cel.if_else(
                     f"size({ours}) == 0",
                     "[]",
                     f"[{shown_key(ours + '[0]')} + {is_set} + {not_true}]",
