@@ -15,14 +15,13 @@ from .backends import Backend, Placement, backend_for
 from .config import Config
 from .contract import APPLIED, DecisionRecord
 from .enrolment import by_annotation, decide, rule_decision
-from .kube import Pod, PodSpec
+from .kube import Pod
 from .outcome import Outcome
 from .patch import (
     GpuContainer,
     annotation_operations,
     asked_quantity,
     gpu_containers,
-    required_node_terms,
 )
 from .review import POD_KIND, AdmissionRequest, allowed, patched
 from .slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
@@ -84,7 +83,7 @@ class Admission:
             )
         outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
 
-        hand_placed = _hand_placed(spec, backend.placement_keys)
+        hand_placed = backend.placed_by_hand(spec)
         if hand_placed:
             warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
             return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
@@ -140,19 +139,6 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
         return "mirror pod"
     if APPLIED in annotations:
         return "already applied"
-    return None
-
-
-def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
-    """Where the Pod already names one of the backend's placement labels, if it does."""
-    selector = spec.get("nodeSelector") or {}
-    for key in keys:
-        if key in selector:
-            return f"nodeSelector {key}"
-    for term in required_node_terms(spec):
-        for expression in term.get("matchExpressions") or ():
-            if expression.get("key") in keys:
-                return f"node affinity on {expression['key']}"
     return None
 
 

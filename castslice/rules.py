@@ -81,7 +81,6 @@ class Rule:
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """The label selector, as Kubernetes evaluates it (every term must hold)."""
-        # Plain tuples and sets: this runs for every review while a policy is set.
         for key, operator, values in self._terms:
             if operator == "In":
                 if labels.get(key) not in values:

@@ -19,6 +19,7 @@ from ..patch import (
     PatchOperation,
     absent_labels_operations,
     node_selector_operations,
+    required_node_terms,
     resource_operations,
 )
 
@@ -54,6 +55,11 @@ class Backend(Protocol):
         ...
 
     def place(self, slices: int) -> Placement: ...
+
+    def placed_by_hand(self, spec: PodSpec) -> str | None:
+        """What in the Pod already decides what this backend would (a placement label set by
+        hand), so that CastSlice leaves the Pod alone; None when nothing does."""
+        ...
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
@@ -127,6 +133,18 @@ class BaseBackend:
 
     def place(self, slices: int) -> Placement:
         raise NotImplementedError
+
+    def placed_by_hand(self, spec: PodSpec) -> str | None:
+        keys = self.placement_keys
+        selector = spec.get("nodeSelector") or {}
+        for key in keys:
+            if key in selector:
+                return f"nodeSelector {key}"
+        for term in required_node_terms(spec):
+            for expression in term.get("matchExpressions") or ():
+                if expression.get("key") in keys:
+                    return f"node affinity on {expression['key']}"
+        return None
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
