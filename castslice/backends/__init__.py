@@ -9,12 +9,12 @@ backend is one module here and one row in BACKENDS.
 from __future__ import annotations
 
 from ..config import Config
-from .base import Backend, BaseBackend, Placement, sharing_degree, whole_gpus
+from .base import Backend, Placement, sharing_degree, whole_gpus
 from .gke import GkeBackend
 from .nvidia import NvidiaBackend
 from .resource import ResourceBackend
 
-BACKENDS: dict[str, type[BaseBackend]] = {
+BACKENDS: dict[str, type[Backend]] = {
     "resource": ResourceBackend,
     "nvidia": NvidiaBackend,
     "gke": GkeBackend,
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def backend_class(name: str) -> type[BaseBackend]:
+def backend_class(name: str) -> type[Backend]:
     return BACKENDS[name]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple
 
 from ..config import Config
 from ..kube import PodSpec
@@ -38,65 +38,6 @@ class Placement(NamedTuple):
     absent_node_labels: tuple[str, ...] = ()
 
 
-class Backend(Protocol):
-    name: str
-    # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
-    placement_keys: tuple[str, ...]
-    config: Config
-
-    @classmethod
-    def default_shared_resource(cls, gpu_resource: str) -> str:
-        """The shared resource when CASTSLICE_SHARED_RESOURCE is not set."""
-        ...
-
-    @property
-    def shared_resource(self) -> str:
-        """The resource a shared GPU is asked for by (CASTSLICE_SHARED_RESOURCE or the default)."""
-        ...
-
-    def place(self, slices: int) -> Placement: ...
-
-    def placed_by_hand(self, spec: PodSpec) -> str | None:
-        """What in the Pod already decides what this backend would (a placement label set by
-        hand), so that CastSlice leaves the Pod alone; None when nothing does."""
-        ...
-
-    def pod_operations(
-        self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
-    ) -> list[PatchOperation]:
-        """What the GPU containers and the Pod's spec become for `placement`."""
-        ...
-
-    def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
-        """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
-        ...
-
-    def node_problems(self, nodes: Sequence[Manifest]) -> list[str]:
-        """What the doctor reports about these nodes beyond missing placements."""
-        ...
-
-    def setup_hint(self) -> str:
-        """How to make nodes offer what this backend places Pods on."""
-        ...
-
-    def describe(self) -> str:
-        """The backend and what it makes Pods ask for, for a report's first line."""
-        ...
-
-    def quota_resource(self) -> str | None:
-        """What opted-in Pods ask for instead of the GPU (quotas must name it), or None."""
-        ...
-
-    def quota_units_per_gpu(self) -> int:
-        """How many units of `quota_resource` one GPU is worth."""
-        ...
-
-    def policy_arithmetic(self) -> str:
-        """How policy mode computes a placement from `variables.slices`: "slice-count" (the
-        count is the quantity) or "sharing-pools" (the degree chosen by `sharing_degree`)."""
-        ...
-
-
 def sharing_degree(config: Config, slices: int) -> int | None:
     """The clients-per-GPU of the sharing pool for `slices`, or None for whole GPUs.
 
@@ -113,11 +54,13 @@ def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
 
 
-class BaseBackend:
-    """The answers most backends share: the GPU resource swapped in each container, the
-    placement's node labels required and forbidden."""
+class Backend:
+    """What every backend answers; the defaults are those most backends share (the GPU
+    resource swapped in each container, the placement's node labels required and
+    forbidden). A backend overrides what differs."""
 
     name: ClassVar[str]
+    # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
     placement_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Config) -> None:
@@ -125,16 +68,20 @@ class BaseBackend:
 
     @classmethod
     def default_shared_resource(cls, gpu_resource: str) -> str:
+        """The shared resource when CASTSLICE_SHARED_RESOURCE is not set."""
         return "nvidia.com/gpu-shared"
 
     @property
     def shared_resource(self) -> str:
+        """The resource a shared GPU is asked for by (CASTSLICE_SHARED_RESOURCE or the default)."""
         return self.config.shared_resource or self.default_shared_resource(self.config.gpu_resource)
 
     def place(self, slices: int) -> Placement:
         raise NotImplementedError
 
     def placed_by_hand(self, spec: PodSpec) -> str | None:
+        """What in the Pod already decides what this backend would (a placement label set by
+        hand), so that CastSlice leaves the Pod alone; None when nothing does."""
         keys = self.placement_keys
         selector = spec.get("nodeSelector") or {}
         for key in keys:
@@ -149,6 +96,7 @@ class BaseBackend:
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
     ) -> list[PatchOperation]:
+        """What the GPU containers and the Pod's spec become for `placement`."""
         gpu = self.config.gpu_resource
         operations = [
             operation
@@ -162,30 +110,38 @@ class BaseBackend:
         return operations
 
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
+        """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
         if any(labels.get(key) != value for key, value in placement.node_selector.items()):
             return False
         return not any(key in labels for key in placement.absent_node_labels)
 
     def node_problems(self, nodes: Sequence[Manifest]) -> list[str]:
+        """What the doctor reports about these nodes beyond missing placements."""
         return []
 
     def setup_hint(self) -> str:
+        """How to make nodes offer what this backend places Pods on."""
         raise NotImplementedError
 
     def describe(self) -> str:
+        """The backend and what it makes Pods ask for, for a report's first line."""
         return f"backend {self.name}, shared resource {self.shared_resource}"
 
     def quota_resource(self) -> str | None:
+        """What opted-in Pods ask for instead of the GPU (quotas must name it), or None."""
         return self.shared_resource
 
     def quota_units_per_gpu(self) -> int:
+        """How many units of `quota_resource` one GPU is worth."""
         return self.config.slices_per_gpu
 
     def policy_arithmetic(self) -> str:
+        """How policy mode computes a placement from `variables.slices`: "slice-count" (the
+        count is the quantity) or "sharing-pools" (the degree `sharing_degree` chooses)."""
         return "sharing-pools"
 
 
-class SharingPoolBackend(BaseBackend):
+class SharingPoolBackend(Backend):
     """A backend with node pools that share each GPU among a fixed number of clients.
 
     A fractional share goes to the pool found by `sharing_degree`; a share that

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .base import BaseBackend, Placement
+from .base import Backend, Placement
 
 
-class ResourceBackend(BaseBackend):
+class ResourceBackend(Backend):
     """`CASTSLICE_SHARED_RESOURCE: s`; the device plugin must accept counts above 1."""
 
     name = "resource"
