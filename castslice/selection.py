@@ -25,6 +25,7 @@ from .contract import (
     OPTIMIZE,
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
+    WorkloadKind,
     templates_at,
     workload_kind,
 )
@@ -79,10 +80,10 @@ def pod_rules() -> list[Manifest]:
     ]
 
 
-def workload_rules() -> list[Manifest]:
-    """CREATE and UPDATE of every workload kind that has a Pod template."""
+def workload_rules(kinds: Sequence[WorkloadKind] = WORKLOAD_KINDS) -> list[Manifest]:
+    """CREATE and UPDATE of every workload kind that has a Pod template (or of `kinds`)."""
     by_group: dict[tuple[str, str], list[str]] = {}
-    for kind in WORKLOAD_KINDS:
+    for kind in kinds:
         by_group.setdefault((kind.group, kind.version), []).append(kind.resource)
     return [
         {

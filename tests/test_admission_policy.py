@@ -18,9 +18,17 @@ import yaml
 from castslice import cel
 from castslice.backends import backend_for, sharing_degree
 from castslice.cli import main
+from castslice.contract import EACH_VALUE, WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 from castslice.environment import load_config
 from castslice.names import parse_bounded_int
-from castslice.policymode import NAME, WARNING_PREFIX, render, render_json, render_yaml
+from castslice.policymode import (
+    NAME,
+    WARNING_PREFIX,
+    render,
+    render_json,
+    render_yaml,
+    workload_warnings,
+)
 from castslice.policymode.decision import ratio_pattern
 from castslice.policymode.placement import PlacementCel
 from castslice.policymode.policies import WARNING_SLOTS, WARNINGS_NAME
@@ -263,3 +271,22 @@ def test_a_backend_with_no_reachable_sharing_degree_only_gives_whole_gpus() -> N
     placement = PlacementCel(config)
     assert placement.sharing == {}
     assert placement.renamed() == "false"
+
+
+def test_kinds_with_templates_in_maps_or_lists_are_left_to_the_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = render(load_config({}))
+    trainer = WorkloadKind(
+        "example.com",
+        "v1",
+        "Trainer",
+        "trainers",
+        (TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),),
+    )
+    monkeypatch.setattr(workload_warnings, "WORKLOAD_KINDS", (*WORKLOAD_KINDS, trainer))
+    after = render(load_config({}))
+    # The workload policy neither matches the kind nor changes for the kinds it renders.
+    assert after == before
+    rules = after[6]["spec"]["matchConstraints"]["resourceRules"]
+    assert all("trainers" not in rule["resources"] for rule in rules)

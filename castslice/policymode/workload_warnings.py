@@ -19,6 +19,8 @@ from ..contract import (
     OPTIMIZE,
     USER_ANNOTATIONS,
     WORKLOAD_KINDS,
+    TemplateLocation,
+    WorkloadKind,
 )
 from ..registration import WORKLOAD_WEBHOOK
 from ..selection import namespace_selector, workload_match_conditions, workload_rules
@@ -46,29 +48,46 @@ def our_keys(annotations: Expr) -> Expr:
     return f"{annotations}.filter(key, key.startsWith({string(ANNOTATION_PREFIX)})).sort()"
 
 
-def template_paths() -> tuple[str, str]:
-    """Where Deployments & co. and CronJobs keep their Pod template, as dotted paths.
+def rendered_kinds() -> tuple[WorkloadKind, ...]:
+    """The workload kinds policy mode warns about: those with one Pod template at a fixed
+    path. Kinds whose templates sit in maps or lists are left to the webhook."""
+    return tuple(
+        kind
+        for kind in WORKLOAD_KINDS
+        if len(kind.templates) == 1 and not kind.templates[0].has_wildcards
+    )
 
-    Policy mode renders one template per kind at a fixed path; a kind with several
-    templates, or wildcards in the path, is refused here until its CEL is written.
-    """
-    paths: dict[str, str] = {}
-    for kind in WORKLOAD_KINDS:
-        (location,) = kind.templates
-        if location.has_wildcards:
-            raise ValueError(f"policy mode has no CEL for the templates of {kind.kind}")
-        paths[kind.kind] = location.dotted()
-    cron = paths["CronJob"]
-    (other,) = set(paths.values()) - {cron}
-    return other, cron
+
+def template_groups() -> list[tuple[TemplateLocation, list[str]]]:
+    """Each template location of the rendered kinds with the kinds that have it; the first
+    kind's location first (the fallback the CEL chooses when no other kind matches)."""
+    groups: dict[TemplateLocation, list[str]] = {}
+    for kind in rendered_kinds():
+        groups.setdefault(kind.templates[0], []).append(kind.kind)
+    return list(groups.items())
+
+
+def _is_kind(kinds: list[str]) -> Expr:
+    if len(kinds) == 1:
+        return f"request.kind.kind == {string(kinds[0])}"
+    return f"request.kind.kind in {literal(kinds)}"
+
+
+def _by_kind(choices: list[tuple[list[str], Expr]]) -> Expr:
+    """CEL choosing the expression of the request's kind; the first choice is the fallback."""
+    (_, chosen), *others = choices
+    for kinds, expression in reversed(others):
+        chosen = cel.if_else(_is_kind(kinds), expression, chosen)
+    return chosen
+
+
+def _optional_path(dotted: str) -> Expr:
+    return "object.?" + dotted.replace(".", ".?")
 
 
 def workload_variables(config: Config, placement: PlacementCel) -> Variables:
-    other, cron = template_paths()
-    is_cron = f"request.kind.kind == {string('CronJob')}"
-    template = cel.if_else(
-        is_cron, "object.?" + cron.replace(".", ".?"), "object.?" + other.replace(".", ".?")
-    )
+    groups = template_groups()
+    template = _by_kind([(kinds, _optional_path(location.dotted())) for location, kinds in groups])
     annotations = variable("annotations")
     optimize = f"{annotations}[?{string(OPTIMIZE)}]"
     gpu = variable("gpuContainers")
@@ -113,7 +132,7 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
                 ),
             ),
         ),
-        ("misplaced", _misplaced(is_cron, other, cron)),
+        ("misplaced", _misplaced(groups)),
         ("skippedWarnings", _skipped()),
         (
             "warnings",
@@ -140,7 +159,7 @@ def _no_gpu(config: Config) -> str:
     )
 
 
-def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
+def _misplaced(groups: list[tuple[TemplateLocation, list[str]]]) -> Expr:
     """CEL list for workloads._misplaced: our annotations above the template never reach Pods."""
     template_annotations = variable("annotations")
 
@@ -153,17 +172,17 @@ def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
         )
 
     workload = f"{string('the ')} + request.kind.kind"
-    return cel.if_else(
-        is_cron,
-        ignored("object.?metadata", workload, f"{cron}.metadata.annotations")
-        + " + "
-        + ignored(
-            "object.?spec.?jobTemplate.?metadata",
-            string("the jobTemplate"),
-            f"{cron}.metadata.annotations",
-        ),
-        ignored("object.?metadata", workload, f"{other}.metadata.annotations"),
-    )
+
+    def of_location(location: TemplateLocation) -> Expr:
+        destination = f"{location.dotted()}.metadata.annotations"
+        places = [ignored("object.?metadata", workload, destination)]
+        places += [
+            ignored(_optional_path(".".join((*path, "metadata"))), string(name), destination)
+            for name, path in location.between
+        ]
+        return " + ".join(places)
+
+    return _by_kind([(kinds, of_location(location)) for location, kinds in groups])
 
 
 def _skipped() -> Expr:
@@ -200,7 +219,7 @@ def match_resources() -> dict:
     return {
         "namespaceSelector": namespace_selector(),
         "matchPolicy": "Equivalent",
-        "resourceRules": workload_rules(),
+        "resourceRules": workload_rules(rendered_kinds()),
     }
 
 
