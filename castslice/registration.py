@@ -1,11 +1,11 @@
 """CastSlice's MutatingWebhookConfiguration, generated from the configuration and its policy.
 
 Two webhooks, one endpoint: `pods.castslice.castops.io` rewrites Pods, and
-`workloads.castslice.castops.io` only warns about annotated workloads. Their
-matchConditions (CEL, evaluated by the API server) decide which requests reach
-the function at all: exactly the Pods the enrolment policy enrols or that are
-annotated, and the workloads that carry CastSlice annotations. Every shipped
-configuration and `castslice webhook` are this module's output.
+`workloads.castslice.castops.io` only warns about annotated workloads. Which
+requests reach the function at all (rules, namespaces, matchConditions) is
+castslice.selection; this module puts the client, the safety settings and the
+recorded policy around it. Every shipped configuration and `castslice webhook`
+are this module's output.
 """
 
 from __future__ import annotations
