@@ -11,10 +11,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .backends.dra import API_VERSION, claim_template_spec, template_name, template_slices
+from .backends.dra import (
+    API_VERSION,
+    TEMPLATE_PREFIX,
+    claim_template_spec,
+    template_name,
+    template_slices,
+)
 from .config import Config
 
 Manifest = dict[str, Any]
+
+__all__ = [
+    "API_VERSION",
+    "TEMPLATE_PREFIX",
+    "chosen_counts",
+    "claim_template",
+    "claim_templates",
+    "default_counts",
+    "reachable_counts",
+]
 
 # Every template carries it: doctor and `kubectl get -l` find them by it.
 PART_OF = ("app.kubernetes.io/part-of", "castslice")

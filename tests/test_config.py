@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from castslice.config import Config, ConfigError, load_config
+from castslice.config import Config, ConfigError
+from castslice.environment import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,9 +103,14 @@ def test_nvidia_backend_defaults_to_the_renamed_shared_resource() -> None:
         ("CASTSLICE_DRA_CAPACITY", "1shares", "is not a device capacity name"),
         ("CASTSLICE_DRA_CAPACITY", "Example.com/shares", "is not a device capacity name"),
         ("CASTSLICE_DRA_CAPACITY", "a" * 33, "is not a device capacity name"),
-        ("CASTSLICE_DRA_GPU_MEMORY", "80GB", "must be one GPU's memory as a Kubernetes quantity"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "80GB", "must be one GPU's memory as a whole number of Mi"),
         ("CASTSLICE_DRA_GPU_MEMORY", "-80Gi", "must be one GPU's memory"),
         ("CASTSLICE_DRA_GPU_MEMORY", "1Ki", "must be one GPU's memory"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "80G", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "1.5Ti", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "080Gi", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "1025Ti", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "85899345920", "from 1Mi to 1024Ti"),
         ("CASTSLICE_PATH_TOKEN", "short", "at least 16 characters"),
         ("CASTSLICE_PATH_TOKEN", "has/slash/in/it/000", "at least 16 characters from"),
         ("CASTSLICE_PATH_TOKEN", "has?query=1&more=2", "at least 16 characters from"),
@@ -159,7 +165,6 @@ def _start(*flags: str, **settings: str) -> subprocess.CompletedProcess[str]:
             sys.executable,
             "-m",
             "functions_framework",
-            "--target=mutate",
             "--source=main.py",
             *flags,
             "--host=127.0.0.1",
@@ -173,20 +178,11 @@ def _start(*flags: str, **settings: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_invalid_configuration_stops_the_server_at_start() -> None:
-    started = _start("--asgi", CASTSLICE_MAX_SLICE_RATIO="lots")
+@pytest.mark.parametrize("target", ["mutate", "mutate_asgi"])
+def test_invalid_configuration_stops_the_server_at_start(target: str) -> None:
+    started = _start(f"--target={target}", CASTSLICE_MAX_SLICE_RATIO="lots")
     assert started.returncode != 0
     assert started.stderr.strip().splitlines()[-1] == (
         "castslice: invalid configuration: CASTSLICE_MAX_SLICE_RATIO='lots' "
         "must be a whole number from 1 to 1000000"
-    )
-
-
-def test_the_flask_server_is_refused_with_the_command_to_use() -> None:
-    # Without --asgi functions-framework would serve main.py with Flask: a 500 per review.
-    started = _start()
-    assert started.returncode != 0
-    assert started.stderr.strip().splitlines()[-1] == (
-        "castslice: serve it with functions-framework's ASGI server: "
-        "functions-framework --target=mutate --asgi"
     )

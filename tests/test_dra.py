@@ -27,8 +27,9 @@ from castslice.claimtemplates import (
     default_counts,
     reachable_counts,
 )
-from castslice.config import Config, load_config
-from castslice.enrolment import load_policy
+from castslice.config import Config
+from castslice.environment import load_config
+from castslice.policy_file import load_policy
 from tests.factories import (
     APPLIED,
     GPU,

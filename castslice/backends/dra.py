@@ -15,9 +15,10 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from ..config import MEBIBYTE, Config
+from ..contract import CONTAINER_LISTS
 from ..kube import PodSpec
-from ..patch import CONTAINER_LISTS, GpuContainer, PatchOperation, escape_pointer_token
-from .base import LeftAlone, Placement, whole_gpus
+from ..patch import GpuContainer, PatchOperation, escape_pointer_token
+from .base import Backend, LeftAlone, Placement, whole_gpus
 
 API_VERSION = "resource.k8s.io/v1"
 # The one request in every template; a container's claim names no request, so it gets all.
@@ -90,19 +91,15 @@ def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
     return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
 
-class DraBackend:
+class DraBackend(Backend):
     """Claims of `s` shares of one device, or of whole devices; no node labels."""
 
     name = "dra"
-    placement_keys: tuple[str, ...] = ()
     claims_devices = True
-    policy_mode_refusal: str | None = (
+    policy_mode_refusal = (
         "the dra backend adds resource claims to Pods, and policy mode does not render "
         "them yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=dra"
     )
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
 
     def place(self, slices: int) -> Placement:
         shape = claim_shape(self.config, slices)
@@ -129,7 +126,7 @@ class DraBackend:
             return LeftAlone("placed by hand", "spec.nodeName set by hand")
         return None
 
-    def rewrite(
+    def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
     ) -> list[PatchOperation]:
         gpu_token = escape_pointer_token(self.config.gpu_resource)
@@ -167,3 +164,20 @@ class DraBackend:
             f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get no "
             "memory isolation from time-slicing",
         )
+
+    def setup_hint(self) -> str:
+        return (
+            "install the NVIDIA DRA driver with featureGates.ConsumableShares=true and "
+            f"consumableShares={self.config.slices_per_gpu} (infra/gpu-sharing/dra/), or set "
+            "CASTSLICE_DRA_CAPACITY to the capacity your driver publishes"
+        )
+
+    def describe(self) -> str:
+        return (
+            f"backend {self.name}, device class {self.config.dra_device_class}, "
+            f"capacity {self.config.dra_capacity}"
+        )
+
+    def quota_resource(self) -> str | None:
+        # Claims count against `<class>.deviceclass.resource.k8s.io/devices`, not a resource.
+        return None

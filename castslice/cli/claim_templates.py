@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
 
 import yaml
 
+from ..backends import backend_for
 from ..claimtemplates import chosen_counts, claim_templates, default_counts
-from ..config import load_config, parse_bounded_int
+from ..names import is_dns_label, parse_bounded_int
 from . import EXIT_OK, CommandError
-
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+from .settings import config_from
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(os.environ)
+    config = config_from(args)
     for namespace in args.namespace:
-        if len(namespace) > 63 or not _NAMESPACE.fullmatch(namespace):
+        if not is_dns_label(namespace):
             raise CommandError(f"--namespace {namespace!r} is not a namespace name")
     if args.slices is None:
         counts, note = default_counts(config)
@@ -53,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if note:
         print(f"castslice claim-templates: {note}", file=sys.stderr)
-    if config.backend != "dra":
+    if not backend_for(config).claims_devices:
         print(
             f"castslice claim-templates: CASTSLICE_BACKEND is {config.backend}; only the dra "
             "backend's Pods claim from these templates",

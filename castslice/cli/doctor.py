@@ -16,12 +16,13 @@ import yaml
 
 from .. import __version__
 from ..backends import backend_for
-from ..config import Config, load_config
+from ..config import Config
 from ..doctor import run_checks
 from ..doctor.cluster import ApiError, Cluster, Unreachable
 from ..doctor.report import Result, summary, symbols_for, text_line, to_json
 from ..registration import RegistrationError
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
+from .settings import config_from
 
 _DEFAULT_TIMEOUT = 10.0
 
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-    config = load_config(os.environ)
+    config = config_from(args)
     api = connect(args.kubeconfig, args.context)
     cluster = Cluster(api, timeout=args.timeout)
     try:
@@ -126,11 +127,7 @@ def _server_version(cluster: Cluster) -> str:
 
 def _print_text(server: str, version: str, config: Config, results: list[Result]) -> None:
     symbols = symbols_for(sys.stdout.encoding)
-    backend = f"backend {config.backend}"
-    if backend_for(config).claims_devices:
-        backend += f", device class {config.dra_device_class}, capacity {config.dra_capacity}"
-    elif config.backend != "gke":
-        backend += f", shared resource {config.shared_resource}"
+    backend = backend_for(config).describe()
     print(f"castslice doctor: {server} (Kubernetes {version}), {backend}")
     for result in results:
         print(text_line(result, symbols))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from ..backends import backend_for
-from ..config import load_config
 from ..policymode import render_json, render_yaml
 from . import CommandError
+from .settings import config_from
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,13 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         choices=("yaml", "json"),
         default="yaml",
-        help="yaml (default): the four objects as a multi-document stream with comments; "
+        help="yaml (default): the four policies and their four bindings as a multi-document "
+        "stream with comments; "
         "json: a List",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(os.environ)
+    config = config_from(args)
     refusal = backend_for(config).policy_mode_refusal
     if refusal:
         raise CommandError(refusal)

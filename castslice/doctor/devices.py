@@ -9,16 +9,15 @@ resource-claim controller never creates the Pod's claim and the Pod stays Pendin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from ..admission import APPLIED
-from ..backends.dra import API_VERSION, TEMPLATE_PREFIX, template_name
-from ..claimtemplates import default_counts
+from ..backends import backend_for
+from ..claimtemplates import API_VERSION, TEMPLATE_PREFIX, default_counts
 from ..config import Config
+from ..contract import APPLIED, DecisionRecord
 from .cluster import ApiError, Cluster
 from .report import Result, failed, passed, warning
 
@@ -46,11 +45,7 @@ def assess_devices(
     config: Config, device_class: Manifest | None, slices: Sequence[Manifest]
 ) -> Result:
     per_gpu = config.slices_per_gpu
-    fix = (
-        f"install the NVIDIA DRA driver with featureGates.ConsumableShares=true and "
-        f"consumableShares={per_gpu} (infra/gpu-sharing/dra/), or set CASTSLICE_DRA_CAPACITY "
-        "to the capacity your driver publishes"
-    )
+    fix = backend_for(config).setup_hint()
     if device_class is None:
         return failed(
             DEVICES_CHECK,
@@ -115,7 +110,8 @@ def assess_templates(
     for template in templates:
         metadata = template.get("metadata") or {}
         have.setdefault(metadata.get("namespace") or "", set()).add(metadata.get("name") or "")
-    expected = {template_name(config, count) for count in default_counts(config).counts}
+    backend = backend_for(config)
+    expected = {backend.place(count).claim_template for count in default_counts(config).counts}
     namespaces: set[str] = set()
     stuck: dict[tuple[str, str], list[str]] = {}
     for pod in pods:
@@ -166,13 +162,9 @@ def assess_templates(
 
 
 def _rewritten_by(metadata: Manifest, backend: str) -> bool:
-    record = (metadata.get("annotations") or {}).get(APPLIED)
-    if record is None:
-        return False
-    try:
-        return json.loads(record).get("backend") == backend
-    except (ValueError, AttributeError):
-        return False
+    text = (metadata.get("annotations") or {}).get(APPLIED)
+    record = DecisionRecord.parse(text) if text is not None else None
+    return record is not None and record.backend == backend
 
 
 def _apply_fix(namespaces: Sequence[str]) -> str:
