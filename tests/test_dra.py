@@ -341,6 +341,8 @@ def test_the_command_prints_the_renderer_output() -> None:
         (("--slices", "1,x"), "--slices: 'x' is not a slice count"),
         (("--slices", "0"), "--slices: '0' is not a slice count"),
         (("-n", "Team_A"), "--namespace 'Team_A' is not a namespace name"),
+        (("--dra-gpu-memory", "80G"), "--dra-gpu-memory='80G' must be one GPU's memory"),
+        (("--dra-capacity", "9shares"), "--dra-capacity='9shares' is not a device capacity"),
     ],
 )
 def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> None:
@@ -348,6 +350,29 @@ def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> Non
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_flags_set_what_the_environment_would() -> None:
+    import yaml
+
+    flags = ("--backend", "dra", "--slices-per-gpu", "8", "--dra-gpu-memory", "80Gi")
+    flags += ("--dra-device-class", "gpu.example.com", "--dra-capacity", "example.com/slices")
+    done = _cli(*flags, "--slices", "2")
+    assert done.returncode == 0, done.stderr
+    config = load_config(
+        {
+            **DRA,
+            "CASTSLICE_SLICES_PER_GPU": "8",
+            "CASTSLICE_DRA_GPU_MEMORY": "80Gi",
+            "CASTSLICE_DRA_DEVICE_CLASS": "gpu.example.com",
+            "CASTSLICE_DRA_CAPACITY": "example.com/slices",
+        }
+    )
+    (template,) = yaml.safe_load_all(done.stdout)
+    assert template == claim_template(config, 2)
+    exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["deviceClassName"] == "gpu.example.com"
+    assert exactly["capacity"]["requests"] == {"example.com/slices": "2", "memory": "20Gi"}
 
 
 def test_policy_mode_refuses_dra_with_the_reason() -> None:
@@ -406,7 +431,7 @@ def _rewritten_pod(namespace: str, name: str, template: str) -> dict:
 
 
 def test_doctor_names_the_missing_template_and_the_namespace() -> None:
-    from castslice.doctor.devices import assess_templates
+    from castslice.doctor.claim_templates import assess_templates
     from castslice.doctor.report import Status
 
     config = load_config(DRA)

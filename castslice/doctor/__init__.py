@@ -12,7 +12,17 @@ from typing import Any
 
 from ..backends import backend_for
 from ..config import Config
-from . import capacity, devices, dry_run, endpoint, fail_open, pending, quotas, registration
+from . import (
+    capacity,
+    claim_templates,
+    devices,
+    dry_run,
+    endpoint,
+    fail_open,
+    pending,
+    quotas,
+    registration,
+)
 from .cluster import ApiError, Cluster
 from .report import Result, failed
 
@@ -40,14 +50,14 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
     node_checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
         (
             (
-                devices.DEVICES_CHECK,
+                devices.CHECK,
                 "get deviceclasses and list resourceslices",
                 lambda: devices.check_devices(cluster, config),
             ),
             (
-                devices.TEMPLATES_CHECK,
+                claim_templates.CHECK,
                 "list pods and resourceclaimtemplates",
-                lambda: devices.check_templates(cluster, config),
+                lambda: claim_templates.check_templates(cluster, config),
             ),
         )
         if backend_for(config).claims_devices
