@@ -31,7 +31,7 @@ from .patch import (
 )
 from .review import POD_KIND, AdmissionRequest, AdmissionResponse, allowed, patched
 from .slices import clip, is_mirror_pod, resolve_slices, shorten
-from .workloads import check_workload, template_path
+from .workloads import check_workload, operator_kind_of, template_path
 
 APPLIED = "castslice.castops.io/applied"
 _POD = POD_KIND
@@ -65,7 +65,11 @@ class PodAdmission:
     def review(self, request: AdmissionRequest) -> Outcome:
         """Never denies; patches only opted-in Pods being created, never a workload."""
         kind = request.get("kind")
-        if kind is not None and kind.get("kind") != "Pod" and template_path(kind):
+        if (
+            kind is not None
+            and kind.get("kind") != "Pod"
+            and (template_path(kind) or operator_kind_of(kind))
+        ):
             return self._review_workload(request)
         uid = request["uid"]
         pod: Pod = request.get("object") or {}

@@ -21,6 +21,7 @@ from . import cel
 from .config import MIN_PATH_TOKEN_LENGTH, Config
 from .enrolment import NamespacePattern, Policy, Requirement, Rule, glob_regex
 from .manifests import dump_yaml
+from .operator_kinds import OPERATOR_KINDS, TemplateLocation
 from .patch import CONTAINER_LISTS
 from .slices import MIRROR, OPTIMIZE
 
@@ -125,6 +126,30 @@ def workload_rules() -> list[Manifest]:
             "scope": "Namespaced",
         }
         for (group, version), resources in WORKLOAD_RESOURCES.items()
+    ] + operator_rules()
+
+
+def operator_rules() -> list[Manifest]:
+    """CREATE and UPDATE of the operators' resources that hold Pod templates, one rule a group.
+
+    The API server accepts rules for groups it does not serve; they match once the
+    operator's CRDs are installed.
+    """
+    groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+    for entry in OPERATOR_KINDS:
+        versions, resources = groups.setdefault(entry.group, ({}, {}))
+        versions.update(dict.fromkeys(entry.versions))
+        resources[entry.resource] = None
+    return [
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": [group],
+            "apiVersions": list(versions),
+            "resources": list(resources),
+            # Some are cluster-scoped (ClusterTrainingRuntime, ClusterWorkflowTemplate).
+            "scope": "*",
+        }
+        for group, (versions, resources) in groups.items()
     ]
 
 
@@ -377,18 +402,58 @@ def carries_castslice_annotations() -> str:
     # The object's own metadata is always there; a Pod template's may not be.
     places = [("object.metadata", "object.metadata")]
     places += [(metadata, "object") for metadata in POD_TEMPLATE_METADATA]
-    return cel.any_of(
-        (
-            cel.all_of(
-                [
-                    *cel.has_path_terms(f"{metadata}.annotations", known),
-                    cel.exists(f"{metadata}.annotations", "k", f"k.startsWith({prefix})"),
-                ]
-            )
-            for metadata, known in places
-        ),
-        separator="\n",
-    )
+    terms = [
+        cel.all_of(
+            [
+                *cel.has_path_terms(f"{metadata}.annotations", known),
+                cel.exists(f"{metadata}.annotations", "k", f"k.startsWith({prefix})"),
+            ]
+        )
+        for metadata, known in places
+    ]
+    covered = {f"{metadata}.annotations" for metadata, _ in places}
+    for path in dict.fromkeys(_annotations_path(location) for location in _operator_locations()):
+        if f"object.{path}" not in covered:
+            terms.append(_annotated_at("object", path.split("."), prefix, 0))
+    return cel.any_of(terms, separator="\n")
+
+
+def _operator_locations() -> list[TemplateLocation]:
+    return [location for entry in OPERATOR_KINDS for location in entry.templates]
+
+
+def _annotations_path(location: TemplateLocation) -> str:
+    tail = "annotations" if location.shape == "pod-spec" else "metadata.annotations"
+    return f"{location.path}.{tail}"
+
+
+_LIST_SEGMENT = re.compile(r"(?P<field>[^.\[\]]+)\[[^.\[\]]+\]")
+
+
+def _annotated_at(base: str, segments: list[str], prefix: str, depth: int) -> str:
+    """Some `castops.io/` annotation at the wildcard path `segments` below `base`.
+
+    Every field is tested with has() before it is read, and each wildcard becomes
+    an exists() over the map's keys or the list's items.
+    """
+    terms: list[str] = []
+    current = base
+    for index, segment in enumerate(segments):
+        rest = segments[index + 1 :]
+        listed = _LIST_SEGMENT.fullmatch(segment)
+        field = listed["field"] if listed else segment
+        if field == "*":
+            continue
+        terms.append(f"has({current}.{field})")
+        current = f"{current}.{field}"
+        variable = f"v{depth}"
+        if rest and rest[0] == "*":
+            inner = _annotated_at(f"{current}[{variable}]", rest[1:], prefix, depth + 1)
+            return cel.all_of([*terms, cel.exists(current, variable, inner)])
+        if listed:
+            inner = _annotated_at(variable, rest, prefix, depth + 1)
+            return cel.all_of([*terms, cel.exists(current, variable, inner)])
+    return cel.all_of([*terms, cel.exists(current, "k", f"k.startsWith({prefix})")])
 
 
 # Rendering -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Generic, Literal, NotRequired, TypedDict, TypeVar
 import msgspec
 
 from .kube import WORKLOAD_TEMPLATES, Pod, Workload
+from .operator_kinds import KIND_NAMES, OperatorResource, operator_kind
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -25,7 +26,7 @@ class GroupVersionKind(TypedDict, total=False):
 POD_KIND: GroupVersionKind = {"group": "", "version": "v1", "kind": "Pod"}
 
 # The object's shape: a Pod, or a workload whose Pod template is read.
-ObjectT = TypeVar("ObjectT", Pod, Workload)
+ObjectT = TypeVar("ObjectT", Pod, Workload, OperatorResource)
 
 
 class AdmissionRequest(TypedDict, Generic[ObjectT], total=False):
@@ -77,6 +78,7 @@ class UnreadableObject(ValueError):
 
 _review_decoder = msgspec.json.Decoder(_IncomingReview[Pod])
 _workload_review_decoder = msgspec.json.Decoder(_IncomingReview[Workload])
+_operator_review_decoder = msgspec.json.Decoder(_IncomingReview[OperatorResource])
 _uid_decoder = msgspec.json.Decoder(_UidOnlyReview)
 _encoder = msgspec.json.Encoder()
 
@@ -98,6 +100,10 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise InvalidReview("the JSON body is nested too deeply") from None
     except msgspec.ValidationError as error:
         if "at `$.request.object" in str(error):
+            # An operator's resource may have fields named like a Pod's, with other types.
+            operator_request = _operator_request(body)
+            if operator_request is not None:
+                return operator_request
             raise UnreadableObject(_uid_of(body), str(error)) from None
         raise InvalidReview(f"not an AdmissionReview: {error}") from None
     except msgspec.DecodeError as error:
@@ -121,6 +127,8 @@ def decode_review(body: bytes) -> AdmissionRequest:
         and is_workload(object_kind)
     ):
         return _workload_request(body, request["uid"])
+    if object_kind is not None and object_kind.get("kind") in KIND_NAMES:
+        return _operator_request(body) or request
     return request
 
 
@@ -142,6 +150,24 @@ def _workload_request(body: bytes, uid: str) -> AdmissionRequest[Workload]:
     except msgspec.ValidationError as error:
         raise UnreadableObject(uid, str(error)) from None
     return review["request"]
+
+
+def _operator_request(body: bytes) -> AdmissionRequest[OperatorResource] | None:
+    """The request of an operator's resource, read whole; None when it is not one."""
+    try:
+        review = _operator_review_decoder.decode(body)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        return None
+    request = review.get("request") or {}
+    kind = request.get("kind") or {}
+    if (
+        not request.get("uid")
+        or operator_kind(kind.get("group"), kind.get("version"), kind.get("kind")) is None
+    ):
+        return None
+    return request
 
 
 def _uid_of(body: bytes) -> str:
