@@ -12,6 +12,8 @@ import copy
 import io
 import json
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +27,7 @@ from castslice import cli
 from castslice.config import load_config
 from castslice.operator_kinds import OPERATOR_KINDS, operator_kind, templates
 from castslice.registration import WORKLOAD_WEBHOOK, webhook_configuration
+from tests.conftest import ROOT
 from tests.test_cli_preview import Ran
 from tests.test_http import review_response
 from tests.test_registration import URL, Sender, webhook
@@ -412,3 +415,37 @@ def test_the_patch_of_a_preview_applies_to_the_template(preview: Callable[..., R
     patch = jsonpatch.make_patch(before, after)
     changed = {op["path"].split("/template/")[0] for op in patch}
     assert changed == {"/spec/workerGroupSpecs/0"}
+
+
+def test_the_docs_operator_example_prints_what_they_show() -> None:
+    readme = (ROOT / "README.md").read_text()
+    shown_readme = re.search(
+        r"### Operators.*?```sh\ncastslice preview -f examples/pytorchjob.yaml >/dev/null\n```"
+        r"\n\n```\n(.*?)```",
+        readme,
+        re.S,
+    ).group(1)
+    page = (ROOT / "docs" / "operators.md").read_text()
+    shown_diff = re.search(
+        r"```sh\ncastslice preview --diff -f examples/pytorchjob.yaml\n```\n\n```diff\n(.*?)```",
+        page,
+        re.S,
+    ).group(1)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
+
+    def printed(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "castslice", "preview", *arguments],
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    assert printed("-f", "examples/pytorchjob.yaml").stderr == shown_readme
+    diffed = printed("--diff", "-f", "examples/pytorchjob.yaml")
+    assert diffed.stdout + diffed.stderr == shown_diff
+    # kubectl prints the same warning without the preview's object reference.
+    [warning] = [line for line in shown_readme.splitlines() if line.startswith("Warning: ")]
+    assert f"Warning: {warning.split(': ', 2)[2]}" in readme
