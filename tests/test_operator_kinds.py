@@ -9,6 +9,7 @@ matched by the registration's workload webhook (its CEL, evaluated by celpy).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -23,7 +24,8 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from castslice import cli
+from castslice import cli, workloads
+from castslice.admission import PodAdmission
 from castslice.config import load_config
 from castslice.operator_kinds import OPERATOR_KINDS, operator_kind, templates
 from castslice.registration import WORKLOAD_WEBHOOK, webhook_configuration
@@ -449,3 +451,24 @@ def test_the_docs_operator_example_prints_what_they_show() -> None:
     # kubectl prints the same warning without the preview's object reference.
     [warning] = [line for line in shown_readme.splitlines() if line.startswith("Warning: ")]
     assert f"Warning: {warning.split(': ', 2)[2]}" in readme
+
+
+def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_of_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No operator in the table drops its templates' annotations today; one that did would be
+    # declared so, and its opted-in templates told that they cannot be sliced.
+    entry = dataclasses.replace(
+        operator_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
+    )
+    monkeypatch.setattr(workloads, "operator_kind", lambda *kind: entry)
+    admission = PodAdmission(load_config({}))
+    request = workload_review(loaded(PYTORCHJOB))["request"]
+
+    check = workloads.check_workload(request, admission.review, GPU)
+
+    assert check.warnings == [
+        f"{replica}: the PyTorchJob operator does not copy template annotations onto its Pods; "
+        "castslice cannot slice them"
+        for replica in ("Master", "Worker")
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from ..procs import HarnessError, wait_until
+from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
 from .kubectl import Kubectl
 from .nodes import GPU, SEED_SHARED, FakeNode, gpu_nodes, standard_pools
@@ -32,6 +34,7 @@ from .operators import (
 )
 from .pods import Manifest, list_pods
 from .registration import APPLIED
+from .tools import REPO_ROOT
 
 pytestmark = pytest.mark.kubernetes("1.36")
 
@@ -213,3 +216,29 @@ def test_a_pytorchjobs_replica_types_are_sliced_and_run(
         assert limits[SEED_SHARED] == str(SLICES[workload_type]), replica
         assert (record_of(pod) or {}).get("slices") == SLICES[workload_type], replica
         assert pod["spec"]["nodeName"], replica
+
+
+def test_the_docs_pytorchjob_example_runs_as_they_show(
+    api: kubernetes.client.ApiClient,
+    kubectl_user: Kubectl,
+    training_operator: OperatorBuild,
+    castslice: CastSliceServer,
+) -> None:
+    page = (REPO_ROOT / "docs" / "operators.md").read_text()
+    session = re.search(r"With the training operator running.*?```\n(.*?)```", page, re.S).group(1)
+    commands = [line[2:] for line in session.splitlines() if line.startswith("$ ")]
+    assert commands[0] == (
+        "kubectl create namespace research && kubectl apply -f examples/pytorchjob.yaml"
+    )
+    shown_apply = session.split("\n$ ")[0].split("\n", 1)[1]
+    shown_pods = session.split("\n$ ")[1].split("\n", 1)[1]
+
+    created = kubectl_user.run("create", "namespace", "research")
+    with gpu_nodes(api, "resource", standard_pools("resource"), "research"):
+        applied = kubectl_user.run("apply", "-f", str(REPO_ROOT / "examples" / "pytorchjob.yaml"))
+        running_pods(api, "research", 2)
+        pods = kubectl_user.run(*commands[1].split()[1:])
+        kubectl_user.run("delete", "namespace", "research", "--wait=false")
+
+    assert created.stdout + applied.stderr + applied.stdout == shown_apply
+    assert pods.stdout == shown_pods
