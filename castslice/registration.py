@@ -116,7 +116,7 @@ def pod_webhook(config: Config, client: Manifest, namespaces: Manifest) -> Manif
 
 
 def workload_rules() -> list[Manifest]:
-    """CREATE and UPDATE of every workload kind that has a Pod template."""
+    """CREATE and UPDATE of every built-in workload kind (Deployment, Job…)."""
     return [
         {
             "operations": ["CREATE", "UPDATE"],
@@ -126,7 +126,7 @@ def workload_rules() -> list[Manifest]:
             "scope": "Namespaced",
         }
         for (group, version), resources in WORKLOAD_RESOURCES.items()
-    ] + operator_rules()
+    ]
 
 
 def operator_rules() -> list[Manifest]:
@@ -153,13 +153,16 @@ def operator_rules() -> list[Manifest]:
     ]
 
 
-def workload_webhook(client: Manifest, namespaces: Manifest) -> Manifest:
+def workload_webhook(client: Manifest, namespaces: Manifest, operators: bool = True) -> Manifest:
+    """The workload webhook; `operators=False` leaves out the operators' kinds (policy mode)."""
     return {
         "name": WORKLOAD_WEBHOOK,
         **_common_settings(client),
-        "rules": workload_rules(),
+        "rules": [*workload_rules(), *(operator_rules() if operators else ())],
         "namespaceSelector": namespaces,
-        "matchConditions": [_condition("castslice-annotations", carries_castslice_annotations())],
+        "matchConditions": [
+            _condition("castslice-annotations", carries_castslice_annotations(operators))
+        ],
     }
 
 
@@ -396,7 +399,7 @@ def requirement_matches(requirement: Requirement) -> str:
 # The workload webhook's matchCondition -----------------------------------------------
 
 
-def carries_castslice_annotations() -> str:
+def carries_castslice_annotations(operators: bool = True) -> str:
     """Any `castops.io/` annotation on the workload itself or on the Pods it creates."""
     prefix = cel.string(ANNOTATION_PREFIX)
     # The object's own metadata is always there; a Pod template's may not be.
@@ -412,7 +415,8 @@ def carries_castslice_annotations() -> str:
         for metadata, known in places
     ]
     covered = {f"{metadata}.annotations" for metadata, _ in places}
-    for path in dict.fromkeys(_annotations_path(location) for location in _operator_locations()):
+    locations = _operator_locations() if operators else []
+    for path in dict.fromkeys(_annotations_path(location) for location in locations):
         if f"object.{path}" not in covered:
             terms.append(_annotated_at("object", path.split("."), prefix, 0))
     return cel.any_of(terms, separator="\n")

@@ -23,7 +23,7 @@ from castslice.policymode import NAME, WARNING_PREFIX, expr, render, render_json
 from castslice.policymode.decision import ratio_pattern
 from castslice.policymode.manifests import WARNING_SLOTS, WARNINGS_NAME
 from castslice.policymode.placement import PlacementCel
-from castslice.registration import webhook_configuration
+from castslice.registration import webhook_configuration, workload_webhook
 
 EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").read_text()
 
@@ -121,7 +121,9 @@ def test_policies_never_block_and_match_what_the_webhook_registration_matches(
     assert "auditAnnotations" not in warnings["spec"]
     # The webhook registration is the one source of what is reviewed at all.
     registration = webhook_configuration(config, url="https://castslice.example/")
-    pods, workload_hook = registration["webhooks"]
+    pods, _ = registration["webhooks"]
+    # Policy mode reviews the built-in workload kinds only (docs/operators.md).
+    workload_hook = workload_webhook({}, {}, operators=False)
     assert (
         mutating["spec"]["matchConditions"][: len(pods["matchConditions"])]
         == (pods["matchConditions"])

@@ -196,5 +196,6 @@ def match_resources() -> dict:
 
 def conditions() -> list[tuple[str, Expr]]:
     """The workload webhook's own matchConditions: only annotated workloads are reviewed."""
-    hook = workload_webhook(client={}, namespaces={})
+    # Policy mode reviews the built-in kinds only; the operators' are the webhook's.
+    hook = workload_webhook(client={}, namespaces={}, operators=False)
     return [(c["name"], c["expression"]) for c in hook["matchConditions"]]

@@ -55,7 +55,8 @@ def kuberay(kubectl_user: Kubectl, control_plane: LocalControlPlane) -> Iterator
     operator = build("kuberay")
     install_crds(kubectl_user, operator)
     argv = ray_operator_argv(operator, control_plane.kubeconfig)
-    with running("ray-operator", argv, control_plane.logs, dict(os.environ)):
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    with running("ray-operator", argv, control_plane.logs, env):
         yield operator
 
 
@@ -90,7 +91,11 @@ def training_operator(
         ),
     )
     argv = training_operator_argv(operator, control_plane.kubeconfig)
-    env = {**os.environ, "MY_POD_NAMESPACE": _TRAINING_NAMESPACE}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig),
+        "MY_POD_NAMESPACE": _TRAINING_NAMESPACE,
+    }
     with running("training-operator", argv, control_plane.logs, env):
         yield operator
 
