@@ -118,9 +118,10 @@ RESOURCES: list[tuple[str, str, Manifest, list[str]]] = [
                 },
             ],
         },
+        # Clipped to 120 characters, as every warning is.
         [
             'templates[train]: castops.io/workload-type="Training" ignored '
-            "(want training|inference|batch|dev); using the default of 1 slice"
+            "(want training|inference|batch|dev); using the default ..."
         ],
     ),
     (
