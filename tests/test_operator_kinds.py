@@ -472,3 +472,18 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
         "castslice cannot slice them"
         for replica in ("Master", "Worker")
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "nested"), [("RayJob", "rayClusterSpec"), ("RayService", "rayClusterConfig")]
+)
+def test_a_ray_jobs_and_services_cluster_templates_are_found_where_they_nest(
+    kind: str, nested: str
+) -> None:
+    entry = operator_kind("ray.io", "v1", kind)
+    assert entry is not None
+    cluster = loaded(RAYCLUSTER)["spec"]
+    resource = {"spec": {nested: cluster, "submitterPodTemplate": {"spec": {"containers": []}}}}
+    found = [site.label for site in templates(entry, resource)]
+    expected = ["headGroupSpec", "workerGroupSpecs[gpu-group]", "workerGroupSpecs[cpu-group]"]
+    assert found == ([*expected, "submitterPodTemplate"] if kind == "RayJob" else expected)
