@@ -19,15 +19,17 @@ import kubernetes.client
 import pytest
 import yaml
 
-from ..procs import HarnessError, wait_until
+from ..procs import HarnessError, ManagedProcess, wait_until
 from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
 from .kubectl import Kubectl
 from .nodes import GPU, SEED_SHARED, FakeNode, gpu_nodes, standard_pools
 from .operators import (
+    TRAINING_CERT_DIR,
     OperatorBuild,
     build,
     install_crds,
+    mount_secret,
     ray_operator_argv,
     running,
     training_operator_argv,
@@ -48,6 +50,14 @@ _RUNNING_TIMEOUT = 90.0
 # validating webhook is never registered with the API server.
 _TRAINING_NAMESPACE = "kubeflow"
 _TRAINING_WEBHOOKS = "validator.training-operator.kubeflow.org"
+_TRAINING_SECRET = "training-operator-webhook-cert"
+# The running operators, whose log tails a failure shows.
+_operators: dict[Path, ManagedProcess] = {}
+
+
+def _filled(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict | None:
+    data = core.read_namespaced_secret(name, namespace).data or {}
+    return data if "tls.crt" in data and "tls.key" in data else None
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +66,8 @@ def kuberay(kubectl_user: Kubectl, control_plane: LocalControlPlane) -> Iterator
     install_crds(kubectl_user, operator)
     argv = ray_operator_argv(operator, control_plane.kubeconfig)
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
-    with running("ray-operator", argv, control_plane.logs, env):
+    with running("ray-operator", argv, control_plane.logs, env) as process:
+        _operators[operator.directory] = process
         yield operator
 
 
@@ -80,7 +91,7 @@ def training_operator(
                 {
                     "apiVersion": "v1",
                     "kind": "Secret",
-                    "metadata": {"name": "training-operator-webhook-cert"},
+                    "metadata": {"name": _TRAINING_SECRET},
                 },
                 {
                     "apiVersion": "admissionregistration.k8s.io/v1",
@@ -96,7 +107,19 @@ def training_operator(
         "KUBECONFIG": str(control_plane.kubeconfig),
         "MY_POD_NAMESPACE": _TRAINING_NAMESPACE,
     }
-    with running("training-operator", argv, control_plane.logs, env):
+    core = kubernetes.client.CoreV1Api(api)
+    with running("training-operator", argv, control_plane.logs, env) as process:
+        # It starts its controllers once its certificate rotator has filled the Secret and
+        # the kubelet would have mounted it; here the test is that kubelet.
+        secret = wait_until(
+            lambda: _filled(core, _TRAINING_NAMESPACE, _TRAINING_SECRET),
+            timeout=_RUNNING_TIMEOUT,
+            what=f"the training operator to write its Secret {_TRAINING_SECRET}",
+            interval=0.5,
+            alive=process.check_running,
+        )
+        mount_secret(secret, TRAINING_CERT_DIR)
+        _operators[operator.directory] = process
         yield operator
 
 
@@ -134,7 +157,10 @@ def running_pods(api: kubernetes.client.ApiClient, namespace: str, count: int) -
             pod["metadata"]["name"]: (pod["status"].get("phase"), pod["spec"].get("nodeName"))
             for pod in list_pods(api, namespace, "")
         }
-        raise AssertionError(f"{error}: {states}") from None
+        logs = "\n".join(
+            f"--- {process.name}:\n{process.log_tail(30)}" for process in _operators.values()
+        )
+        raise AssertionError(f"{error}: {states}\n{logs}") from None
 
 
 def limits_of(pod: Manifest, container: str) -> dict[str, str]:

@@ -8,6 +8,8 @@ off or on loopback, as nothing here calls them.
 
 from __future__ import annotations
 
+import base64
+import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +68,20 @@ def ray_operator_argv(operator: OperatorBuild, kubeconfig: Path) -> list[str]:
         "--health-probe-bind-address=0",
         "--log-stdout-encoder=console",
     ]
+
+
+# Where the training operator's webhook server reads its certificate: fixed in its code
+# (pkg/cert), the mount point of its Secret in its Deployment.
+TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+
+
+def mount_secret(data: dict[str, str], directory: Path) -> None:
+    """Write a Secret's data (base64 values) as files, as the kubelet mounts a Secret volume."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, encoded in data.items():
+        staged = directory / f".{name}.tmp"
+        staged.write_bytes(base64.b64decode(encoded))
+        os.replace(staged, directory / name)
 
 
 def training_operator_argv(operator: OperatorBuild, kubeconfig: Path) -> list[str]:
