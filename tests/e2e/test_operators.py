@@ -257,12 +257,13 @@ def test_the_docs_pytorchjob_example_runs_as_they_show(
 ) -> None:
     page = (REPO_ROOT / "docs" / "operators.md").read_text()
     session = re.search(r"With the training operator running.*?```\n(.*?)```", page, re.S).group(1)
-    commands = [line[2:] for line in session.splitlines() if line.startswith("$ ")]
+    # Each `$ command` and the lines it printed.
+    runs = [run.split("\n", 1) for run in session.removeprefix("$ ").split("\n$ ")]
+    commands = [command for command, _ in runs]
     assert commands[0] == (
         "kubectl create namespace research && kubectl apply -f examples/pytorchjob.yaml"
     )
-    shown_apply = session.split("\n$ ")[0].split("\n", 1)[1]
-    shown_pods = session.split("\n$ ")[1].split("\n", 1)[1]
+    shown_apply, shown_pods = (printed for _, printed in runs)
 
     created = kubectl_user.run("create", "namespace", "research")
     with gpu_nodes(api, "resource", standard_pools("resource"), "research"):
@@ -271,5 +272,5 @@ def test_the_docs_pytorchjob_example_runs_as_they_show(
         pods = kubectl_user.run(*commands[1].split()[1:])
         kubectl_user.run("delete", "namespace", "research", "--wait=false")
 
-    assert created.stdout + applied.stderr + applied.stdout == shown_apply
+    assert created.stdout + applied.stderr + applied.stdout == shown_apply.rstrip("\n") + "\n"
     assert pods.stdout == shown_pods
