@@ -1,4 +1,5 @@
-# Everything a developer runs: `make run` serves the function on :8080,
+# Everything a developer runs: `make run` serves the function on :8080 (the image's
+# target, on functions-framework's ASGI server),
 # `make test` installs what the tests need and runs all of them.
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed
-	$(BIN)/functions-framework --target=mutate --source=main.py --asgi --port=$(PORT)
+	$(BIN)/functions-framework --target=mutate_asgi --source=main.py --port=$(PORT)
 
 test: lint unit terraform e2e
 
@@ -28,10 +29,14 @@ unit: $(VENV)/.installed
 
 # Terraform's own evaluation of infra/ (variables, validations, locals; offline,
 # no providers). The HCL is always checked by parsing in `unit`; this adds
-# Terraform itself where it is installed.
+# Terraform itself where it is installed. Under CI=true a missing terraform fails,
+# as other missing tools do there.
 terraform: $(VENV)/.installed
 	@if command -v terraform >/dev/null; then \
 	  $(BIN)/pytest -q --no-header -p no:cacheprovider -m terraform tests/deploy; \
+	elif [ "$$CI" = true ] || [ "$$CI" = 1 ]; then \
+	  echo "terraform: CI=true and terraform (1.9+) is not installed: https://developer.hashicorp.com/terraform/install" >&2; \
+	  exit 1; \
 	else \
 	  echo "terraform: not installed, so infra/ was checked by parsing only (see unit)"; \
 	fi

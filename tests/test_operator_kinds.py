@@ -314,7 +314,7 @@ def test_preview_rewrites_each_template_as_the_pod_it_produces(preview: Callable
     ]
     assert ran.err.splitlines()[-1] == (
         "1 object: 1 sliced, 0 left unchanged, 0 passed through (no Pods); "
-        "operator resources: 1 PyTorchJob; 1 warning"
+        "operator resources: 1 PyTorchJob; 1 warning; resource backend"
     )
 
 
@@ -356,7 +356,7 @@ def test_an_unknown_custom_resource_is_not_understood(preview: Callable[..., Ran
 
     assert ran.err.splitlines()[-1] == (
         "2 objects: 0 sliced, 0 left unchanged, 1 passed through (no Pods), "
-        "1 not understood (FooJob); 0 warnings"
+        "1 not understood (FooJob); 0 warnings; resource backend"
     )
 
 

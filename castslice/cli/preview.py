@@ -17,7 +17,6 @@ import argparse
 import copy
 import difflib
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,12 +26,12 @@ import jsonpatch
 import msgspec
 
 from ..admission import Outcome, PodAdmission
-from ..config import load_config
 from ..manifests import Document, ManifestError, dump_yaml, is_list, objects, read_documents
 from ..operator_kinds import OperatorKind, node_at, template_of, templates, write_back
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
 from ..workloads import operator_kind_of, pod_template, template_path, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
+from .settings import config_from
 
 DEFAULT_NAMESPACE = "default"
 _UID = "castslice-preview"
@@ -118,7 +117,7 @@ class Preview:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(os.environ)
+    config = config_from(args)
     admission = PodAdmission(config)
     try:
         documents = read_documents(args.filename, sys.stdin.buffer)
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     for item in flat:
         for warning in item.warnings:
             print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
-    print(summary(flat), file=sys.stderr)
+    print(summary(flat, admission.backend.name), file=sys.stderr)
     return EXIT_PROBLEM if args.strict and any(item.warnings for item in flat) else EXIT_OK
 
 
@@ -221,7 +220,7 @@ def diff(previews: list[Preview], backend: str) -> str:
     )
 
 
-def summary(previews: list[Preview]) -> str:
+def summary(previews: list[Preview], backend: str) -> str:
     counts = {status: 0 for status in STATUSES}
     operators: dict[str, int] = {}
     for item in previews:
@@ -241,7 +240,7 @@ def summary(previews: list[Preview]) -> str:
         text += f", {counts['not understood']} not understood ({', '.join(sorted(unknown))})"
     if operators:
         text += "; operator resources: " + ", ".join(f"{n} {kind}" for kind, n in operators.items())
-    return f"{text}; {_count(warnings, 'warning')}"
+    return f"{text}; {_count(warnings, 'warning')}; {backend} backend"
 
 
 def _review_pod(

@@ -13,7 +13,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from ..config import Config, load_config
+from ..config import Config
 from ..enrolment import PolicyError, load_policy, read_policy_file
 from ..registration import (
     DEFAULT_NAME,
@@ -23,6 +23,7 @@ from ..registration import (
     webhook_configuration,
 )
 from . import EXIT_OK, CommandError
+from .settings import SETTINGS, config_from, effective_environment
 
 # The variables that change what this command prints (the policy, and the GPU resource its
 # matchConditions test for).
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = _with_policy(load_config(os.environ), args.policy)
+    config = _with_policy(config_from(args), args.policy)
     service = None
     if args.service is not None:
         namespace, slash, name = args.service.partition("/")
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     except RegistrationError as error:
         raise CommandError(str(error)) from None
     _check_token(config, document, args.token)
-    sys.stdout.write(to_yaml(document, header(args, os.environ)))
+    sys.stdout.write(to_yaml(document, header(args, effective_environment(args, os.environ))))
     return EXIT_OK
 
 
@@ -126,6 +127,10 @@ def command_line(args: argparse.Namespace) -> list[str]:
     ):
         if value is not None:
             words += [option, value]
+    chosen = effective_environment(args, {})
+    words += [
+        word for s in SETTINGS if s.variable in chosen for word in (s.flag, chosen[s.variable])
+    ]
     return words
 
 
