@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: run test lint unit terraform e2e e2e-newest e2e-oldest system-packages bench clean
+.PHONY: run test lint unit helm terraform e2e e2e-newest e2e-oldest system-packages bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,23 @@ test: lint unit terraform e2e
 lint: $(VENV)/.installed
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
-	@echo "lint: ruff check and ruff format found nothing"
+	@$(BIN)/lint-imports --no-cache --no-logo >$(VENV)/lint-imports.out || \
+	  { cat $(VENV)/lint-imports.out; exit 1; }
+	@echo "lint: ruff check, ruff format and the import contract found nothing"
 
-unit: $(VENV)/.installed
+unit: $(VENV)/.installed helm
 	$(BIN)/pytest -q --no-header -p no:cacheprovider -m "not terraform" tests --ignore=tests/e2e
+
+# The helm CLI the chart tests run, built from its Go module once per version into
+# ~/.cache/castslice/ (tests/helm/build.sh). Without Go the chart tests skip, except
+# under CI=true, where they fail.
+helm: $(VENV)/.installed
+	@if command -v go >/dev/null; then \
+	  bash tests/helm/build.sh >/dev/null 2>$(VENV)/helm-build.log || { cat $(VENV)/helm-build.log; exit 1; }; \
+	  echo "helm: $$(cat tests/helm/helm.version) ready"; \
+	else \
+	  echo "helm: Go not found, so the chart tests cannot build helm (https://go.dev/dl/)"; \
+	fi
 
 # Terraform's own evaluation of infra/ (variables, validations, locals; offline,
 # no providers). The HCL is always checked by parsing in `unit`; this adds

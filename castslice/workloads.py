@@ -10,11 +10,20 @@ and a few about the workload itself are added.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
-from .kube import WORKLOAD_TEMPLATES, ObjectMeta, Pod, PodTemplateSpec, Workload
+from .contract import (
+    ANNOTATION_PREFIX,
+    OPTIMIZE,
+    USER_ANNOTATIONS,
+    TemplateLocation,
+    WorkloadKind,
+    templates_at,
+    workload_kind,
+)
+from .kube import ObjectMeta, Pod, PodTemplateSpec, Workload
 from .operator_kinds import (
     OperatorKind,
     OperatorResource,
@@ -23,16 +32,10 @@ from .operator_kinds import (
     template_of,
     templates,
 )
+from .outcome import Outcome
 from .patch import gpu_containers
 from .review import POD_KIND, AdmissionRequest, GroupVersionKind
-from .slices import OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, clip, is_opted_in, shorten
-
-if TYPE_CHECKING:
-    # Only a type here: admission imports this module to route workload reviews.
-    from .admission import Outcome
-
-PREFIX = "castops.io/"
-_KNOWN_KEYS = frozenset((OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO))
+from .slices import clip, is_opted_in, shorten
 
 
 class WorkloadCheck(NamedTuple):
@@ -41,8 +44,19 @@ class WorkloadCheck(NamedTuple):
     warnings: list[str]
     # Bounded: it becomes a metrics label.
     reason: str
-    # The decision on the Pod the template would produce; None when there is none.
+    # The decision on the Pod the (first) template would produce; None when there is none.
     pods: Outcome | None = None
+
+
+def kind_of(kind: GroupVersionKind | None) -> WorkloadKind | None:
+    """The workload table's row for `kind`, or None when `kind` is not a workload."""
+    if kind is None:
+        return None
+    return workload_kind(kind.get("group"), kind.get("version"), kind.get("kind"))
+
+
+def is_workload(kind: GroupVersionKind | None) -> bool:
+    return kind_of(kind) is not None or operator_kind_of(kind) is not None
 
 
 def operator_kind_of(kind: GroupVersionKind | None) -> OperatorKind | None:
@@ -52,19 +66,16 @@ def operator_kind_of(kind: GroupVersionKind | None) -> OperatorKind | None:
     return operator_kind(kind.get("group"), kind.get("version"), kind.get("kind"))
 
 
-def template_path(kind: GroupVersionKind | None) -> tuple[str, ...] | None:
-    """Where the Pod template of `kind` sits, or None when `kind` is not a workload."""
-    if kind is None:
-        return None
-    return WORKLOAD_TEMPLATES.get((kind.get("group"), kind.get("version"), kind.get("kind")))
-
-
-def pod_template(workload: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
-    """The Pod template at `path` in `workload` (typed or plain data), or None when absent."""
-    found: Any = workload
-    for key in path:
-        found = found.get(key) if isinstance(found, Mapping) else None
-    return found if isinstance(found, Mapping) else None
+def pod_templates(
+    workload: Mapping[str, Any], kind: WorkloadKind
+) -> list[tuple[TemplateLocation, tuple[str, ...], Mapping[str, Any]]]:
+    """Every Pod template of `workload` (typed or plain data): its location in the table,
+    its concrete path, and the template itself."""
+    return [
+        (location, path, template)
+        for location in kind.templates
+        for path, template in templates_at(workload, location)
+    ]
 
 
 def templated_pod(template: Mapping[str, Any]) -> Pod:
@@ -81,25 +92,108 @@ def check_workload(
     """Warn about what stops the workload's Pods from being sliced as its annotations ask."""
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
         return WorkloadCheck([], "not a CREATE or UPDATE")
-    kind = request.get("kind")
-    operator = operator_kind_of(kind)
+    gvk = request.get("kind")
+    operator = operator_kind_of(gvk)
     if operator is not None:
         return _check_operator_resource(request, operator, review_pod, gpu_resource)
-    path = template_path(kind)
+    kind = kind_of(gvk)
     workload: Workload = request.get("object") or {}
-    template = pod_template(workload, path) if path else None
-    if path is None or template is None:
+    templates = pod_templates(workload, kind) if kind else []
+    if kind is None or not templates:
         return WorkloadCheck([], "no Pod template")
 
+    warnings: list[str] = []
+    first: Outcome | None = None
+    for location, path, template in templates:
+        found, pods = _check_template(
+            request, workload, kind.kind, location, path, template, review_pod, gpu_resource
+        )
+        if len(templates) > 1:
+            found = [f"{'.'.join(path)}: {warning}" for warning in found]
+        warnings += found
+        first = first or pods
+    assert first is not None
+    return WorkloadCheck([clip(warning) for warning in warnings], _reason(first), first)
+
+
+def _check_template(
+    request: AdmissionRequest[Workload],
+    workload: Workload,
+    kind: str,
+    location: TemplateLocation,
+    path: tuple[str, ...],
+    template: Mapping[str, Any],
+    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    gpu_resource: str,
+) -> tuple[list[str], Outcome]:
     pod = templated_pod(template)
     annotations = (pod["metadata"] or {}).get("annotations") or {}
-    warnings = _misplaced(workload, (kind or {}).get("kind", ""), path, annotations)
-    pods = _review_template(request, pod, review_pod)
-    warnings += _template_warnings(pods, pod, gpu_resource)
-    return WorkloadCheck([clip(warning) for warning in warnings], _reason(pods), pods)
+    warnings = _misplaced(workload, kind, location, path, annotations)
+    pods = review_pod(
+        {
+            "uid": request["uid"],
+            "kind": POD_KIND,
+            "operation": "CREATE",
+            "namespace": request.get("namespace"),
+            "object": pod,
+        }
+    )
+    warnings += pods.response.get("warnings", ())
+    if pods.decision == "skipped":
+        warnings += _skipped(annotations, pods.reason)
+    elif not gpu_containers(pod["spec"] or {}, gpu_resource):
+        warnings.append(
+            f"the Pod template is opted in but no container asks for {clip(gpu_resource, 40)}; "
+            "there is nothing to slice"
+        )
+    return warnings, pods
 
 
-def _review_template(
+def _misplaced(
+    workload: Workload,
+    kind: str,
+    location: TemplateLocation,
+    path: tuple[str, ...],
+    template_annotations: Mapping[str, str],
+) -> list[str]:
+    # Annotations on the workload (or on a CronJob's jobTemplate) never reach its Pods.
+    places: list[tuple[str, ObjectMeta | None]] = [(f"the {kind}", workload.get("metadata"))]
+    for name, between in location.between:
+        found = next((value for _, value in templates_at(workload, TemplateLocation(between))), {})
+        places.append((name, found.get("metadata")))
+    destination = ".".join((*path, "metadata", "annotations"))
+    return [
+        f"{_key(key)} on {where} is ignored; move it to {destination}"
+        for where, metadata in places
+        for key in ((metadata or {}).get("annotations") or {})
+        if key.startswith(ANNOTATION_PREFIX) and key not in template_annotations
+    ]
+
+
+def _skipped(annotations: Mapping[str, str], reason: str | None) -> list[str]:
+    if is_opted_in(annotations):
+        # Opted in, yet skipped (a decision record copied from a live Pod…): say why.
+        return [f"castslice leaves the Pods of this template unchanged: {reason}"]
+    optimize = annotations.get(OPTIMIZE)
+    if optimize == "false":
+        return []
+    if optimize is not None:
+        return [f'{OPTIMIZE}={shorten(optimize)} is not "true"; the Pods are not sliced']
+    ours = [key for key in annotations if key.startswith(ANNOTATION_PREFIX)]
+    if not ours:
+        return []
+    return [f'{_key(ours[0])} is set but {OPTIMIZE} is not "true"; the Pods are not sliced']
+
+
+def _key(key: str) -> str:
+    return key if key in USER_ANNOTATIONS else shorten(key)
+
+
+def _reason(pods: Outcome) -> str:
+    return f"pod template: {pods.reason or pods.decision}"
+
+
+def _review_operator_template(
     request: AdmissionRequest[Any], pod: Pod, review_pod: Callable[[AdmissionRequest[Pod]], Outcome]
 ) -> Outcome:
     return review_pod(
@@ -113,7 +207,9 @@ def _review_template(
     )
 
 
-def _template_warnings(pods: Outcome, pod: Pod, gpu_resource: str, label: str = "") -> list[str]:
+def _operator_template_warnings(
+    pods: Outcome, pod: Pod, gpu_resource: str, label: str = ""
+) -> list[str]:
     """What the template's Pods will get; `label` names the template when there are several."""
     annotations = (pod["metadata"] or {}).get("annotations") or {}
     warnings = list(pods.response.get("warnings", ()))
@@ -126,49 +222,6 @@ def _template_warnings(pods: Outcome, pod: Pod, gpu_resource: str, label: str = 
             f"{clip(gpu_resource, 40)}; there is nothing to slice",
         ]
     return [f"{label}: {warning}" if label else warning for warning in warnings]
-
-
-def _misplaced(
-    workload: Workload,
-    kind: str,
-    path: tuple[str, ...],
-    template_annotations: Mapping[str, str],
-) -> list[str]:
-    # Annotations on the workload (or on a CronJob's jobTemplate) never reach its Pods.
-    places: list[tuple[str, ObjectMeta | None]] = [(f"the {kind}", workload.get("metadata"))]
-    if len(path) > 2:
-        job_template = (workload.get("spec") or {}).get("jobTemplate") or {}
-        places.append(("the jobTemplate", job_template.get("metadata")))
-    destination = ".".join((*path, "metadata", "annotations"))
-    return [
-        f"{_key(key)} on {where} is ignored; move it to {destination}"
-        for where, metadata in places
-        for key in ((metadata or {}).get("annotations") or {})
-        if key.startswith(PREFIX) and key not in template_annotations
-    ]
-
-
-def _skipped(annotations: Mapping[str, str], reason: str | None) -> list[str]:
-    if is_opted_in(annotations):
-        # Opted in, yet skipped (a decision record copied from a live Pod…): say why.
-        return [f"castslice leaves the Pods of this template unchanged: {reason}"]
-    optimize = annotations.get(OPTIMIZE)
-    if optimize == "false":
-        return []
-    if optimize is not None:
-        return [f'{OPTIMIZE}={shorten(optimize)} is not "true"; the Pods are not sliced']
-    ours = [key for key in annotations if key.startswith(PREFIX)]
-    if not ours:
-        return []
-    return [f'{_key(ours[0])} is set but {OPTIMIZE} is not "true"; the Pods are not sliced']
-
-
-def _key(key: str) -> str:
-    return key if key in _KNOWN_KEYS else shorten(key)
-
-
-def _reason(pods: Outcome) -> str:
-    return f"pod template: {pods.reason or pods.decision}"
 
 
 # Operators' resources: several templates, found by the walker -----------------------------
@@ -232,7 +285,7 @@ def _check_operator_resource(
         if template.pod is None:
             warnings.append(prefix + (template.problem or ""))
             continue
-        pods = _review_template(request, template.pod, review_pod)
+        pods = _review_operator_template(request, template.pod, review_pod)
         if chosen is None or (pods.decision == "mutated" and chosen.decision != "mutated"):
             chosen = pods
         annotations = (template.pod["metadata"] or {}).get("annotations") or {}
@@ -242,7 +295,9 @@ def _check_operator_resource(
                 "its Pods; castslice cannot slice them"
             )
             continue
-        warnings += _template_warnings(pods, template.pod, gpu_resource, template.site.label)
+        warnings += _operator_template_warnings(
+            pods, template.pod, gpu_resource, template.site.label
+        )
     if chosen is None:
         return WorkloadCheck([clip(warning) for warning in warnings], "no Pod template")
     return WorkloadCheck([clip(warning) for warning in warnings], _reason(chosen), chosen)
@@ -252,7 +307,9 @@ def _ignored_on_resource(
     resource: OperatorResource, operator: OperatorKind, template_keys: set[str]
 ) -> list[str]:
     annotations = (resource.get("metadata") or {}).get("annotations") or {}
-    ours = [key for key in annotations if key.startswith(PREFIX) and key not in template_keys]
+    ours = [
+        key for key in annotations if key.startswith(ANNOTATION_PREFIX) and key not in template_keys
+    ]
     if not ours:
         return []
     if not operator.templates:

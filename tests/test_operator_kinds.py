@@ -25,8 +25,8 @@ import yaml
 from starlette.testclient import TestClient
 
 from castslice import cli, workloads
-from castslice.admission import PodAdmission
-from castslice.config import load_config
+from castslice.admission import Admission
+from castslice.environment import load_config
 from castslice.operator_kinds import OPERATOR_KINDS, operator_kind, templates
 from castslice.registration import WORKLOAD_WEBHOOK, webhook_configuration
 from tests.conftest import ROOT
@@ -462,7 +462,7 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
         operator_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
     )
     monkeypatch.setattr(workloads, "operator_kind", lambda *kind: entry)
-    admission = PodAdmission(load_config({}))
+    admission = Admission(load_config({}))
     request = workload_review(loaded(PYTORCHJOB))["request"]
 
     check = workloads.check_workload(request, admission.review, GPU)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from castslice import __version__
 
@@ -70,7 +71,7 @@ def test_every_reference_is_a_built_in_or_a_declared_substitution() -> None:
 
 def test_the_tests_run_before_anything_is_built_or_deployed() -> None:
     order = [step["id"] for step in CLOUDBUILD["steps"]]
-    assert order == ["test", "image-name", "build", "push", "deploy"]
+    assert order == ["test", "image-name", "build", "push", "chart", "deploy"]
     # No step starts early: without waitFor each step waits for all before it.
     assert all("waitFor" not in step for step in CLOUDBUILD["steps"])
 
@@ -255,3 +256,82 @@ def test_make_terraform_without_terraform_fails_only_in_ci(
         assert "CI=true and terraform (1.9+) is not installed" in done.stderr
     else:
         assert "infra/ was checked by parsing only" in done.stdout
+
+
+@pytest.fixture
+def chart_step(workspace: dict[str, Path], helm: Path) -> dict[str, Path]:
+    """The chart step's tools: `go install` puts a helm in GOBIN that is the real helm for
+    packaging and records `registry login` and `push` (no registry here); `curl` answers
+    as the metadata server does."""
+    real = workspace["root"] / "real-helm"
+    real.symlink_to(helm)
+    (workspace["bin"] / "go").write_text(
+        "#!/bin/sh\n"
+        f'echo "go $*" >> "{workspace["root"]}/calls"\n'
+        'mkdir -p "$GOBIN"\n'
+        'cat > "$GOBIN/helm" <<EOF\n'
+        "#!/bin/sh\n"
+        'case "\\$1" in\n'
+        f'  registry) echo "helm \\$* \\$(cat)" >> "{workspace["root"]}/calls" ;;\n'
+        f'  push) echo "helm \\$*" >> "{workspace["root"]}/calls" ;;\n'
+        f'  *) exec "{real}" "\\$@" ;;\n'
+        "esac\n"
+        "EOF\n"
+        'chmod +x "$GOBIN/helm"\n'
+    )
+    (workspace["bin"] / "curl").write_text(
+        "#!/bin/sh\n"
+        'echo \'{"access_token":"ya29.sample-token","expires_in":3599,"token_type":"Bearer"}\'\n'
+    )
+    for tool in ("go", "curl"):
+        (workspace["bin"] / tool).chmod(0o755)
+    return workspace
+
+
+@pytest.mark.parametrize(
+    ("tag_name", "short_sha", "chart_version", "app_version"),
+    [
+        (f"v{__version__}", "3f2a9c1", __version__, f"v{__version__}"),
+        ("", "0123abc", f"{__version__}-image-0123abc", "0123abc"),
+        ("", "", f"{__version__}-image-manual-{BUILD_ID}", f"manual-{BUILD_ID}"),
+    ],
+)
+def test_the_chart_is_packaged_with_the_image_version_and_pushed_next_to_it(
+    chart_step: dict[str, Path],
+    helm: Path,
+    tag_name: str,
+    short_sha: str,
+    chart_version: str,
+    app_version: str,
+) -> None:
+    values = build_values(short_sha, tag_name)
+    for step_id in ("image-name", "chart"):
+        result = run_step(step_id, values, chart_step)
+        assert result.returncode == 0, result.stderr
+
+    package = chart_step["root"] / "chart" / f"castslice-{chart_version}.tgz"
+    calls = chart_step["calls"].read_text().splitlines()
+    helm_version = (ROOT / "tests" / "helm" / "helm.version").read_text().strip()
+    assert calls == [
+        f"go install helm.sh/helm/v4/cmd/helm@{helm_version}",
+        "helm registry login europe-west1-docker.pkg.dev --username oauth2accesstoken "
+        "--password-stdin ya29.sample-token",
+        f"helm push {package} oci://europe-west1-docker.pkg.dev/sample-project/castslice/charts",
+    ]
+    shown = yaml.safe_load(
+        subprocess.run(
+            [str(helm), "show", "chart", str(package)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert (shown["version"], shown["appVersion"]) == (chart_version, app_version)
+    rendered = subprocess.run(
+        [str(helm), "template", "castslice", str(package)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+    image = (chart_step["root"] / "image").read_text().strip()
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    # The repository's own chart is untouched.
+    assert "my-project" in (ROOT / "charts" / "castslice" / "values.yaml").read_text()
