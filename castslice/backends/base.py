@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..config import Config
 
@@ -25,8 +25,36 @@ class Backend(Protocol):
     name: str
     # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
     placement_keys: tuple[str, ...]
+    # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
+    # whole-GPU Pods land on the same nodes as shared ones.
+    whole_gpu_nodes_fix: str
 
     def place(self, slices: int) -> Placement: ...
+
+    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
+        """Why this node shares GPUs in a way the backend cannot place Pods on, or ""."""
+        ...
+
+    def node_setup_fix(self) -> str: ...
+
+    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
+        """What on this backend's platform commonly keeps the API server from the webhook."""
+        ...
+
+
+class BackendDefaults:
+    """The answers of a backend with nothing platform-specific to say."""
+
+    whole_gpu_nodes_fix = ""
+
+    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
+        return ""
+
+    def node_setup_fix(self) -> str:
+        return ""
+
+    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
+        return ""
 
 
 def sharing_degree(config: Config, slices: int) -> int | None:
@@ -45,7 +73,7 @@ def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
 
 
-class SharingPoolBackend:
+class SharingPoolBackend(BackendDefaults):
     """A backend with node pools that share each GPU among a fixed number of clients.
 
     A fractional share goes to the pool found by `sharing_degree`; a share that

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..config import Config
-from .base import Placement
+from .base import BackendDefaults, Placement
 
 
-class ResourceBackend:
+class ResourceBackend(BackendDefaults):
     """`CASTSLICE_SHARED_RESOURCE: s`; the device plugin must accept counts above 1."""
 
     name = "resource"
