@@ -4,8 +4,8 @@ A healthy installation passes every check; each way of breaking it (no
 registration, an unreachable URL, risky settings, nodes without the shared
 resource, no GPU node without sharing for whole-GPU Pods, GPU Operator nodes
 that time-slice without renaming, a Pod waiting for it, a GPU quota the
-rewrite escapes) makes its check fail with what to do. Every test that breaks the shared registration
-puts the session's server back before it ends.
+rewrite escapes) makes its check fail with what to do. Every test that
+breaks the shared registration puts the session's server back before it ends.
 """
 
 from __future__ import annotations
