@@ -28,14 +28,14 @@ class Backend(Protocol):
     # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
     # whole-GPU Pods land on the same nodes as shared ones.
     whole_gpu_nodes_fix: str
+    # What to change on the nodes `node_setup_problem` names.
+    node_setup_fix: str
 
     def place(self, slices: int) -> Placement: ...
 
     def node_setup_problem(self, node: Mapping[str, Any]) -> str:
         """Why this node shares GPUs in a way the backend cannot place Pods on, or ""."""
         ...
-
-    def node_setup_fix(self) -> str: ...
 
     def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
         """What on this backend's platform commonly keeps the API server from the webhook."""
@@ -46,11 +46,9 @@ class BackendDefaults:
     """The answers of a backend with nothing platform-specific to say."""
 
     whole_gpu_nodes_fix = ""
+    node_setup_fix = ""
 
     def node_setup_problem(self, node: Mapping[str, Any]) -> str:
-        return ""
-
-    def node_setup_fix(self) -> str:
         return ""
 
     def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:

@@ -26,6 +26,10 @@ class NvidiaBackend(SharingPoolBackend):
         f"them {STRATEGY}=none), or set CASTSLICE_PRESETS and CASTSLICE_SHARING_DEGREES so "
         "that every preset fits a sharing node"
     )
+    node_setup_fix = (
+        "set renameByDefault: true in those nodes' device plugin config, keeping their "
+        "entries (docs/backends.md#a-gpu-operator-that-already-time-slices)"
+    )
 
     def node_setup_problem(self, node: Mapping[str, Any]) -> str:
         """Replicas labelled but no renamed resource: time-slicing with `renameByDefault: false`.
@@ -43,12 +47,6 @@ class NvidiaBackend(SharingPoolBackend):
         return (
             f"{REPLICAS}={replicas} and no {self.config.shared_resource}: time-slicing "
             f"with renameByDefault: false, so {self.config.gpu_resource} counts replicas"
-        )
-
-    def node_setup_fix(self) -> str:
-        return (
-            "set renameByDefault: true in those nodes' device plugin config, keeping their "
-            "entries (docs/backends.md#a-gpu-operator-that-already-time-slices)"
         )
 
     def shared(self, degree: int) -> Placement:

@@ -51,7 +51,7 @@ def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
     misconfigured = _misconfigured(backend, usable)
     if misconfigured:
         problems.append(misconfigured)
-        fixes.append(backend.node_setup_fix())
+        fixes.append(backend.node_setup_fix)
 
     if problems:
         return failed(CHECK, "GPU nodes: " + "; ".join(problems), "; ".join(fixes))
