@@ -36,4 +36,8 @@ USER 10001:10001
 ENV PORT=8080
 EXPOSE 8080
 
-CMD ["functions-framework", "--target=mutate", "--source=main.py", "--asgi"]
+# functions-framework's ASGI server (uvicorn's worker under gunicorn): an `aio` target is
+# served by it with no other flag, the command `gcloud run deploy --source .
+# --function=mutate_asgi` runs too. A third to a half of the CPU per review of the Flask
+# server's target `mutate` (docs/performance.md#the-two-servers).
+CMD ["functions-framework", "--target=mutate_asgi", "--source=main.py"]

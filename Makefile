@@ -1,11 +1,12 @@
-# Everything a developer runs: `make run` serves the function on :8080,
+# Everything a developer runs: `make run` serves the function on :8080 (the image's
+# target, on functions-framework's ASGI server),
 # `make test` installs what the tests need and runs all of them.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: run test lint unit terraform e2e e2e-newest e2e-oldest system-packages bench clean
+.PHONY: run test lint unit helm terraform e2e e2e-newest e2e-oldest system-packages bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +15,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed
-	$(BIN)/functions-framework --target=mutate --source=main.py --asgi --port=$(PORT)
+	$(BIN)/functions-framework --target=mutate_asgi --source=main.py --port=$(PORT)
 
 test: lint unit terraform e2e
 
@@ -23,15 +24,30 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check --quiet .
 	@echo "lint: ruff check and ruff format found nothing"
 
-unit: $(VENV)/.installed
+unit: $(VENV)/.installed helm
 	$(BIN)/pytest -q --no-header -p no:cacheprovider -m "not terraform" tests --ignore=tests/e2e
+
+# The helm CLI the chart tests run, built from its Go module once per version into
+# ~/.cache/castslice/ (tests/helm/build.sh). Without Go the chart tests skip, except
+# under CI=true, where they fail.
+helm: $(VENV)/.installed
+	@if command -v go >/dev/null; then \
+	  bash tests/helm/build.sh >/dev/null 2>$(VENV)/helm-build.log || { cat $(VENV)/helm-build.log; exit 1; }; \
+	  echo "helm: $$(cat tests/helm/helm.version) ready"; \
+	else \
+	  echo "helm: Go not found, so the chart tests cannot build helm (https://go.dev/dl/)"; \
+	fi
 
 # Terraform's own evaluation of infra/ (variables, validations, locals; offline,
 # no providers). The HCL is always checked by parsing in `unit`; this adds
-# Terraform itself where it is installed.
+# Terraform itself where it is installed. Under CI=true a missing terraform fails,
+# as other missing tools do there.
 terraform: $(VENV)/.installed
 	@if command -v terraform >/dev/null; then \
 	  $(BIN)/pytest -q --no-header -p no:cacheprovider -m terraform tests/deploy; \
+	elif [ "$$CI" = true ] || [ "$$CI" = 1 ]; then \
+	  echo "terraform: CI=true and terraform (1.9+) is not installed: https://developer.hashicorp.com/terraform/install" >&2; \
+	  exit 1; \
 	else \
 	  echo "terraform: not installed, so infra/ was checked by parsing only (see unit)"; \
 	fi

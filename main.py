@@ -1,22 +1,24 @@
-"""functions-framework entry point: `functions-framework --target=mutate --asgi`."""
+"""functions-framework entry points: one CastSlice, two of functions-framework's servers.
+
+    functions-framework --target=mutate        # its default server: Flask on gunicorn
+    functions-framework --target=mutate_asgi   # its ASGI server: Starlette on uvicorn
+
+functions-framework serves an `aio` target with its ASGI server by itself, so neither
+needs another flag. Both answer through the same core (castslice/serving/core.py).
+"""
 
 import os
-import sys
 
-# functions-framework's ASGI server imports its aio module before it loads this file; its
-# Flask server does not, and would answer every review with a 500 page.
-if "functions_framework.aio" not in sys.modules:
-    raise SystemExit(
-        "castslice: serve it with functions-framework's ASGI server: "
-        "functions-framework --target=mutate --asgi"
-    )
-
+import flask
+import functions_framework
 import functions_framework.aio
 from starlette.requests import Request
 from starlette.responses import Response
 
 from castslice.config import ConfigError, load_config
-from castslice.webhook import Webhook
+from castslice.serving.asgi_face import serve_asgi
+from castslice.serving.core import Webhook
+from castslice.serving.flask_face import not_found_page, serve_flask
 
 try:
     _config = load_config(os.environ)
@@ -32,5 +34,21 @@ except ConfigError as error:
 
 
 @functions_framework.aio.http
-async def mutate(request: Request) -> Response:
-    return await _webhook.serve(request)
+async def mutate_asgi(request: Request) -> Response:
+    return await serve_asgi(_webhook, request)
+
+
+if flask.has_app_context():
+    # Loaded by the Flask server (its default), which may serve either target.
+    flask.current_app.register_error_handler(404, not_found_page)
+
+    @functions_framework.http
+    def mutate(request: flask.Request) -> flask.Response:
+        return serve_flask(_webhook, request)
+
+else:
+    # Loaded by the ASGI server itself (`--asgi`): `--target=mutate --asgi`, the command
+    # of earlier releases, gets the ASGI face rather than a Flask view it cannot call.
+    @functions_framework.aio.http
+    async def mutate(request: Request) -> Response:
+        return await serve_asgi(_webhook, request)

@@ -27,7 +27,7 @@ PACKAGES = (
     "msgspec",
 )
 SERVED_AS = (
-    "`functions-framework --target=mutate --asgi` on 127.0.0.1 with its defaults "
+    "`functions-framework --target=mutate_asgi` on 127.0.0.1 with its defaults "
     "(gunicorn, 1 uvicorn worker); CastSlice's log lines go to a file"
 )
 

@@ -1,7 +1,7 @@
 """Serving a function the way production does, and measuring what its processes cost.
 
 Both the function and the floor are started with the production command,
-`functions-framework --target=... --source=... --asgi`, which runs gunicorn with
+`functions-framework --target=... --source=...`, which runs gunicorn with
 one uvicorn worker, functions-framework's default.
 """
 
@@ -50,7 +50,9 @@ class FunctionSource:
     root: Path = REPO
 
 
-FUNCTION = FunctionSource("castslice", REPO / "main.py")
+# The image's target (the ASGI server); FLASK is the default server's, for comparison.
+FUNCTION = FunctionSource("castslice", REPO / "main.py", target="mutate_asgi")
+FLASK = FunctionSource("castslice-flask", REPO / "main.py", target="mutate")
 FLOOR = FunctionSource("floor", REPO / "bench" / "floor" / "main.py")
 
 
@@ -85,7 +87,6 @@ class Server:
             functions_framework_command(),
             f"--target={function.target}",
             f"--source={function.source}",
-            "--asgi",
             f"--host={HOST}",
             f"--port={self.port}",
         ]

@@ -11,6 +11,9 @@ floor against a second floor, measured the same way first, is the method's own e
     python -m bench.versus /tmp/castslice-before
     git worktree remove /tmp/castslice-before
 
+    # The two servers of one tree: ASGI (the image's) against Flask (the default's).
+    python -m bench.versus . --baseline-target=mutate
+
 Each tree is served with its own castslice package (it runs in that tree, with only
 that tree on PYTHONPATH). Needs two CPUs and wrk.
 """
@@ -27,7 +30,7 @@ from . import bodies
 from .load import LoadSettings
 from .report import Machine, load_average
 from .run import check_answers
-from .servers import FLOOR, REPO, FunctionSource, Server
+from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server
 from .sidebyside import require_two_cpus, side_by_side, spread
 
 
@@ -51,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.versus", description=__doc__)
     parser.add_argument("baseline", type=Path, help="the root of the tree to compare against")
     parser.add_argument("--candidate", type=Path, default=REPO, help="the tree measured")
+    parser.add_argument(
+        "--candidate-target", default=FUNCTION.target, help="main.py's target measured"
+    )
+    parser.add_argument(
+        "--baseline-target",
+        default=FUNCTION.target,
+        help="main.py's target compared against (mutate: the Flask server)",
+    )
     parser.add_argument("--body", choices=list(bodies.EXPECTED_OPERATIONS), action="append")
     parser.add_argument("--rounds", type=int, default=9, help="side-by-side rounds per pair")
     parser.add_argument("--seconds", type=int, default=4, help="measured seconds per round")
@@ -58,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     require_two_cpus("bench.versus")
     candidate, baseline = (
-        FunctionSource(name, root.resolve() / "main.py", root=root.resolve())
-        for name, root in (("candidate", arguments.candidate), ("baseline", arguments.baseline))
+        FunctionSource(name, root.resolve() / "main.py", target, root.resolve())
+        for name, root, target in (
+            ("candidate", arguments.candidate, arguments.candidate_target),
+            ("baseline", arguments.baseline, arguments.baseline_target),
+        )
     )
     machine = Machine.describe()
     rows = []
@@ -85,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     hardware = f"{machine.cpu}, {machine.cores} cores, {machine.kernel}"
     table = "\n".join(
         [
-            f"`{command}` on {machine.date}; candidate {candidate.root}, baseline {baseline.root}.",
+            f"`{command}` on {machine.date}; candidate {candidate.root} "
+            f"(--target={candidate.target}), baseline {baseline.root} "
+            f"(--target={baseline.target}).",
             "",
             f"- Machine: {hardware}; Python {machine.python}",
             f"- Load average (1, 5, 15 min) at start {machine.load_average_start}, "

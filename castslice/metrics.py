@@ -38,7 +38,7 @@ from prometheus_client import Counter, Histogram, start_http_server
 from .log import write_log, write_record
 
 if TYPE_CHECKING:
-    from .webhook import ReviewRecord
+    from .serving.core import ReviewRecord
 
 # Every address of the Pod, as the webhook's own port (castslice/tls.py).
 ADDRESS = "0.0.0.0"

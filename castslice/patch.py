@@ -6,6 +6,7 @@ rejects a Pod whose patch does not apply), and keys are escaped per RFC 6901.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
@@ -13,6 +14,8 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 from .kube import ObjectMeta, PodSpec, ResourceRequirements
 
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+# A Kubernetes quantity whose digits are all 0, with any suffix: "0", "0.0", "0Ki", "0e3".
+_ZERO_QUANTITY = re.compile(r"[+-]?(?:0+(?:\.0*)?|\.0+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
 
 
 class PatchOperation(TypedDict):
@@ -36,7 +39,7 @@ def escape_pointer_token(token: str) -> str:
 
 
 def gpu_containers(spec: PodSpec, gpu: str) -> list[GpuContainer]:
-    """The containers of every kind whose requests or limits name `gpu`."""
+    """The containers of every kind that ask for `gpu`: name it with a count other than 0."""
     found: list[GpuContainer] = []
     for list_name in CONTAINER_LISTS:
         for index, container in enumerate(spec.get(list_name) or ()):
@@ -45,8 +48,15 @@ def gpu_containers(spec: PodSpec, gpu: str) -> list[GpuContainer]:
                 continue
             if gpu in (resources.get("requests") or {}) or gpu in (resources.get("limits") or {}):
                 name = container.get("name") or f"{list_name}[{index}]"
-                found.append(GpuContainer(f"/spec/{list_name}/{index}", name, resources))
+                found_container = GpuContainer(f"/spec/{list_name}/{index}", name, resources)
+                # Templates write `gpu: 0` for "no GPU": such a container keeps what it has.
+                if not is_zero_quantity(asked_quantity(found_container, gpu)):
+                    found.append(found_container)
     return found
+
+
+def is_zero_quantity(quantity: str) -> bool:
+    return _ZERO_QUANTITY.fullmatch(quantity.strip()) is not None
 
 
 def asked_quantity(container: GpuContainer, gpu: str) -> str:
@@ -54,17 +64,6 @@ def asked_quantity(container: GpuContainer, gpu: str) -> str:
     limits = container.resources.get("limits") or {}
     requests = container.resources.get("requests") or {}
     return str(limits[gpu] if gpu in limits else requests[gpu])
-
-
-def build_patch(
-    spec: PodSpec, slices: int, gpu_resource: str, shared_resource: str
-) -> list[PatchOperation]:
-    """Operations that replace `gpu_resource` with `slices` of `shared_resource` everywhere."""
-    return [
-        operation
-        for container in gpu_containers(spec, gpu_resource)
-        for operation in resource_operations(container, gpu_resource, shared_resource, slices)
-    ]
 
 
 def resource_operations(

@@ -3,7 +3,7 @@
     gunicorn --config python:castslice.tls
 
 On Cloud Run and Knative the platform terminates TLS and the container runs
-`functions-framework --asgi`, whose command line has no TLS options. In a cluster
+`functions-framework --target=mutate_asgi`, whose command line has no TLS options. In a cluster
 the API server connects to the Pod directly, so the Pod terminates TLS itself.
 This module runs the same functions-framework ASGI app on the same worker
 (gunicorn running uvicorn) with the certificate cert-manager keeps in a Secret.
@@ -34,8 +34,8 @@ from uvicorn_worker import UvicornWorker
 
 # --- gunicorn settings -------------------------------------------------------
 
-# The same app `functions-framework --target=mutate --source=main.py --asgi` serves.
-wsgi_app = "functions_framework.aio:create_asgi_app(target='mutate', source='main.py')"
+# The same app `functions-framework --target=mutate_asgi --source=main.py` serves.
+wsgi_app = "functions_framework.aio:create_asgi_app(target='mutate_asgi', source='main.py')"
 # Loaded in the arbiter, then one worker forked, as functions-framework does: a bad
 # setting stops gunicorn at start with its message, and the metrics server
 # (castslice/metrics.py) starts in the worker right after the fork.

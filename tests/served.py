@@ -34,9 +34,15 @@ def environment(**settings: str) -> dict[str, str]:
     return {**environ, **settings}
 
 
-def functions_framework_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "functions_framework", "--target=mutate", "--source=main.py",
-            "--asgi", "--host=127.0.0.1", f"--port={port}"]  # fmt: skip
+# main.py's targets: functions-framework's default (Flask) server and its ASGI server.
+TARGETS = {"flask": "mutate", "asgi": "mutate_asgi"}
+# The image's (Dockerfile): the ASGI server.
+IMAGE_TARGET = TARGETS["asgi"]
+
+
+def functions_framework_command(port: int, target: str = IMAGE_TARGET) -> list[str]:
+    return [sys.executable, "-m", "functions_framework", f"--target={target}",
+            "--source=main.py", "--host=127.0.0.1", f"--port={port}"]  # fmt: skip
 
 
 def tls_command(port: int, certfile: Path, keyfile: Path) -> list[str]:

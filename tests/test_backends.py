@@ -307,3 +307,28 @@ def test_requests_and_limits_stay_equal_when_only_the_count_changes(
         "requests": {GPU: "1"},
         "limits": {GPU: "1"},
     }
+
+
+@pytest.mark.parametrize("backend", ["resource", "nvidia", "gke"])
+@pytest.mark.parametrize("zero", ["0", "0.0", "0Ki", "0e3"])
+def test_a_zero_gpu_request_keeps_what_it_has(
+    make_client: Callable[..., TestClient], backend: str, zero: str
+) -> None:
+    # Volcano and Argo templates write `nvidia.com/gpu: 0` for "no GPU".
+    client = make_client(CASTSLICE_BACKEND=backend)
+    pod = make_pod(opted_in(), containers=[gpu_container("sidecar", zero)])
+    response = review_response(client, make_review(pod))
+    assert apply_response(pod, response) == pod
+    assert "auditAnnotations" not in response
+
+    # Beside a container that asks for a GPU: placed and recorded for that one only.
+    pod = make_pod(
+        opted_in(), containers=[gpu_container("app", "1"), gpu_container("sidecar", zero)]
+    )
+    alone = make_pod(opted_in(), containers=[gpu_container("app", "1")])
+    rewritten = apply_response(pod, review_response(client, make_review(pod)))
+    rewritten_alone = apply_response(alone, review_response(client, make_review(alone)))
+    assert rewritten["spec"]["containers"][1] == pod["spec"]["containers"][1]
+    rewritten["spec"]["containers"].pop(1)
+    assert rewritten == rewritten_alone
+    assert json.loads(rewritten["metadata"]["annotations"][APPLIED])["original"] == {"app": "1"}

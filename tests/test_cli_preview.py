@@ -205,7 +205,8 @@ def test_a_directory_is_its_files_in_order(preview: Callable[..., Ran]) -> None:
     assert whole.out == "---\n".join(ran.out for ran in one_by_one)
     assert whole.warnings == [line for ran in one_by_one for line in ran.warnings]
     assert whole.err.splitlines()[-1] == (
-        "17 objects: 9 sliced, 3 left unchanged, 5 passed through (no Pods); 6 warnings"
+        "17 objects: 9 sliced, 3 left unchanged, 5 passed through (no Pods); 6 warnings; "
+        "resource backend"
     )
 
 
@@ -284,10 +285,12 @@ def test_the_namespace_decides_what_the_enrolment_policy_does(
     )
     assert yaml.safe_load(elsewhere.out) == yaml.safe_load(PLAIN_DEPLOYMENT)
     assert enrolled.err.endswith(
-        "1 object: 1 sliced, 0 left unchanged, 0 passed through (no Pods); 0 warnings\n"
+        "1 object: 1 sliced, 0 left unchanged, 0 passed through (no Pods); 0 warnings; "
+        "resource backend\n"
     )
     assert elsewhere.err.endswith(
-        "1 object: 0 sliced, 1 left unchanged, 0 passed through (no Pods); 0 warnings\n"
+        "1 object: 0 sliced, 1 left unchanged, 0 passed through (no Pods); 0 warnings; "
+        "resource backend\n"
     )
 
 
@@ -484,7 +487,8 @@ def test_empty_documents_and_unknown_kinds_pass_quietly(
     assert ran.code == 0
     assert yaml.safe_load(ran.out) == yaml.safe_load(content.split("---\n")[2])
     assert (
-        ran.err == "1 object: 0 sliced, 0 left unchanged, 1 passed through (no Pods); 0 warnings\n"
+        ran.err == "1 object: 0 sliced, 0 left unchanged, 1 passed through (no Pods); 0 warnings; "
+        "resource backend\n"
     )
 
 
@@ -542,3 +546,37 @@ def test_the_command_runs_as_users_run_it(
     assert broken.returncode == 2
     assert "missing.yaml: cannot read it" in broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+def test_a_flag_chooses_the_backend_over_the_environment_and_the_summary_names_it(
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ml\n"
+        "  annotations: {castops.io/optimize: 'true'}\n"
+        "spec:\n  containers:\n  - name: app\n    image: x\n"
+        "    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+
+    def preview(*flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
+        return subprocess.run(
+            [sys.executable, "-m", "castslice", "preview", *flags, "-o", "json",
+             "-f", str(manifest)],
+            env={**environ, **env}, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    def limits(done: subprocess.CompletedProcess[str]) -> dict:
+        return json.loads(done.stdout)["items"][0]["spec"]["containers"][0]["resources"]["limits"]
+
+    default = preview()
+    assert default.stderr.rstrip().endswith("; resource backend")
+    assert limits(default) == {"nvidia.com/gpu-shared": "1"}
+    chosen = preview("--backend", "nvidia", CASTSLICE_BACKEND="gke")
+    assert chosen.stderr.rstrip().endswith("; nvidia backend")
+    assert limits(chosen) == {"nvidia.com/gpu.shared": "1"}
+    assert limits(preview(CASTSLICE_BACKEND="gke")) == {"nvidia.com/gpu": 1}
+    wrong = preview("--slices-per-gpu", "lots")
+    assert wrong.returncode == 2
+    assert wrong.stderr.startswith("castslice: invalid configuration: --slices-per-gpu='lots'")

@@ -13,11 +13,12 @@ of the docs says where to begin), and a `cd` in a block moves the reader for
 the blocks after it. A docs author can say more with a comment on the line
 before a block:
 
-    <!-- docs-test: cwd infra/in-cluster -->   the block runs from there
+    <!-- docs-test: cwd infra/knative -->   the block runs from there
     <!-- docs-test: skip REASON -->           the block is not run, for REASON
 
-The reader has followed the variants' setup: castslice.env and policy.yaml
-exist in infra/knative and infra/in-cluster, copied from their examples.
+The reader has followed the Knative variant's setup (castslice.env and
+policy.yaml in infra/knative, copied from their examples) and keeps an
+enrolment policy in policy.yaml at the repository root, the name the docs give it.
 `$EDITOR` leaves files as they are, except that it writes an enrolment policy
 into a policy.yaml that does not exist yet (the docs say "the rules above").
 """
@@ -255,10 +256,10 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    for variant in ("knative", "in-cluster"):
-        directory = copy / "infra" / variant
-        shutil.copy(directory / "castslice.env.example", directory / "castslice.env")
-        shutil.copy(directory / "policy.yaml.example", directory / "policy.yaml")
+    directory = copy / "infra" / "knative"
+    shutil.copy(directory / "castslice.env.example", directory / "castslice.env")
+    shutil.copy(directory / "policy.yaml.example", directory / "policy.yaml")
+    shutil.copy(copy / "examples" / "policy.yaml", copy / "policy.yaml")
     return copy
 
 

@@ -28,22 +28,46 @@ def test_a_line_is_written_by_the_time_the_call_returns(capsys: pytest.CaptureFi
     assert records(capsys) == [{"severity": "WARNING", "message": "written now", "uid": "u-1"}]
 
 
-def test_lines_from_many_threads_are_whole_and_in_order(capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["raw-stdout", "buffered-stdout"])
+def test_lines_from_many_threads_are_whole_and_in_order(
+    monkeypatch: pytest.MonkeyPatch, unbuffered: bool
+) -> None:
+    # stdout is a real pipe, as a container runtime gives it, drained by a reader; the lines
+    # are longer than PIPE_BUF (4 KiB), where a single write(2) stops being atomic.
+    reader, writer = os.pipe()
+    raw = io.FileIO(writer, "w")
+    stream = raw if unbuffered else io.BufferedWriter(raw)
+    received = bytearray()
+
+    def drain() -> None:
+        with io.FileIO(reader, "r") as pipe:
+            while chunk := pipe.read(65536):
+                received.extend(chunk)
+
+    draining = threading.Thread(target=drain)
+    draining.start()
+
     def emit(thread: int) -> None:
-        for index in range(200):
-            log.write_log("INFO", "review", thread=thread, index=index, dropped=None)
+        for index in range(100):
+            log.write_log("INFO", str(thread) * 16384, thread=thread, index=index)
 
-    threads = [threading.Thread(target=emit, args=(number,)) for number in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", io.TextIOWrapper(stream, write_through=True))
+        threads = [threading.Thread(target=emit, args=(number,)) for number in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        sys.stdout.flush()
+    stream.close()
+    draining.join()
 
-    written = records(capsys)
-    assert len(written) == 8 * 200
+    written = [json.loads(line) for line in received.splitlines()]
+    assert len(written) == 8 * 100
     for number in range(8):
-        mine = [record["index"] for record in written if record["thread"] == number]
-        assert mine == list(range(200))
+        mine = [record for record in written if record["thread"] == number]
+        assert [record["index"] for record in mine] == list(range(100))
+        assert all(record["message"] == str(number) * 16384 for record in mine)
     assert written[0].keys() == {"severity", "message", "thread", "index"}
 
 

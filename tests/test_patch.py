@@ -7,7 +7,12 @@ import copy
 import jsonpatch
 import pytest
 
-from castslice.patch import build_patch, escape_pointer_token
+from castslice.patch import (
+    PatchOperation,
+    escape_pointer_token,
+    gpu_containers,
+    resource_operations,
+)
 from tests.factories import GPU, SHARED, container, gpu_container, make_pod
 
 SIDECAR = {"restartPolicy": "Always"}
@@ -18,6 +23,15 @@ LOOK_ALIKES = {
     "nvidia.com/GPU": "1",
     "example.com/gpu": "1",
 }
+
+
+def build_patch(spec: dict, slices: int, gpu: str, shared: str) -> list[PatchOperation]:
+    """The resource operations admission.py makes: each GPU container's, in order."""
+    return [
+        operation
+        for found in gpu_containers(spec, gpu)
+        for operation in resource_operations(found, gpu, shared, slices)
+    ]
 
 
 def rewrite(pod: dict, slices: int = 4) -> dict:
@@ -91,6 +105,13 @@ CASES = {
     "already rewritten": (
         [container(requests={SHARED: "4"}, limits={SHARED: "4"})],
         [container(requests={SHARED: "4"}, limits={SHARED: "4"})],
+    ),
+    "a zero count asks for no GPU": (
+        [container("idle", requests={GPU: "0"}, limits={GPU: "0"}), gpu_container("app")],
+        [
+            container("idle", requests={GPU: "0"}, limits={GPU: "0"}),
+            container("app", requests={"cpu": "1", SHARED: "4"}, limits={SHARED: "4"}),
+        ],
     ),
     "no GPU at all": (
         [container(requests={"cpu": "1"}, limits={"cpu": "1"})],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,26 +14,35 @@ import pytest
 
 from tests.factories import apply_response, make_pod, make_review, opted_in
 from tests.procs import free_port, serving
-from tests.served import functions_framework_command
+from tests.served import TARGETS, functions_framework_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+# The Flask server, the ASGI server, and the ASGI server as earlier releases started it.
+SERVERS = {**TARGETS, "asgi-flag": "mutate"}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int]]:
+    """`functions-framework --target=T` for each of main.py's targets (Flask and ASGI)."""
     port = free_port()
-    command = functions_framework_command(port)
+    command = functions_framework_command(port, SERVERS[request.param])
+    if request.param == "asgi-flag":
+        command.append("--asgi")
     with serving(
         "castslice",
         command,
         tmp_path_factory.mktemp("server"),
-        lambda: request(("127.0.0.1", port), "GET")[0] == 200,
+        lambda: send(("127.0.0.1", port), "GET")[0] == 200,
         cwd=ROOT,
     ):
         yield "127.0.0.1", port
 
 
-def request(server, method: str, body=None, headers=None, path="/?timeout=5s", chunked=False):
+def send(server, method: str, body=None, headers=None, path="/?timeout=5s", chunked=False):
     connection = http.client.HTTPConnection(*server, timeout=30)
     try:
         connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
@@ -49,7 +59,7 @@ def test_serves_reviews_concurrently(server) -> None:
     def review(index: int) -> tuple[str, dict]:
         pod = make_pod(opted_in(**{"castops.io/slice-ratio": str(index % 7 + 1)}))
         body = json.dumps(make_review(pod, uid=f"uid-{index}"))
-        status, content_type, raw = request(server, "POST", body, JSON)
+        status, content_type, raw = send(server, "POST", body, JSON)
         assert (status, content_type) == (200, "application/json")
         return f"uid-{index}", (pod, json.loads(raw)["response"], str(index % 7 + 1))
 
@@ -68,11 +78,11 @@ def test_chunked_body_over_the_limit_is_refused_and_serving_goes_on(server) -> N
             yield b"x" * (1024 * 1024)
         yield b'"}'
 
-    status, content_type, raw = request(server, "POST", chunks(), JSON, chunked=True)
+    status, content_type, raw = send(server, "POST", chunks(), JSON, chunked=True)
     assert (status, content_type) == (413, "application/json")
     assert json.loads(raw) == {"error": "the body is larger than 7340032 bytes (7 MiB)"}
     valid = json.dumps(make_review(make_pod(opted_in())))
-    assert request(server, "POST", valid, JSON, chunked=True)[0] == 200
+    assert send(server, "POST", valid, JSON, chunked=True)[0] == 200
 
 
 @pytest.mark.parametrize(
@@ -87,13 +97,15 @@ def test_chunked_body_over_the_limit_is_refused_and_serving_goes_on(server) -> N
     ],
 )
 def test_errors_are_json_never_html(server, method, body, headers, status) -> None:
-    got_status, content_type, raw = request(server, method, body, headers)
+    got_status, content_type, raw = send(server, method, body, headers)
     assert (got_status, content_type) == (status, "application/json")
     assert set(json.loads(raw)) == {"error"}
-    assert request(server, "GET")[0] == 200
+    assert send(server, "GET")[0] == 200
 
 
-def test_a_body_cut_short_closes_the_connection_and_serving_goes_on(server) -> None:
+def test_a_body_cut_short_closes_the_connection_and_serving_goes_on(
+    server, request: pytest.FixtureRequest
+) -> None:
     with socket.create_connection(server, timeout=30) as connection:
         connection.sendall(
             b"POST / HTTP/1.1\r\nHost: castslice\r\nContent-Type: application/json\r\n"
@@ -103,6 +115,33 @@ def test_a_body_cut_short_closes_the_connection_and_serving_goes_on(server) -> N
         answer = b""
         while chunk := connection.recv(65536):
             answer += chunk
-    # The caller is gone before its body ended: no answer can reach it, and nothing waits.
-    assert answer == b""
-    assert request(server, "GET")[0] == 200
+    # The caller stopped sending before its body ended, and nothing waits for the rest.
+    if request.node.callspec.params["server"] != "flask":
+        # uvicorn sees the connection end and closes it: no answer can reach the caller.
+        assert answer == b""
+    else:
+        # gunicorn's thread still writes to the half-closed connection: a JSON 400.
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ")
+        assert json.loads(body) == {"error": "the body ended before its Content-Length"}
+    assert send(server, "GET")[0] == 200
+
+
+def test_make_run_serves_the_readme_example(tmp_path: Path) -> None:
+    # The README's first command, as the Makefile runs it, with this environment's .venv.
+    recipe = (ROOT / "Makefile").read_text().split("\nrun:", 1)[1].splitlines()[1].strip()
+    port = free_port()
+    bin_dir = Path(sys.executable).parent
+    command = recipe.replace("$(BIN)", str(bin_dir)).replace("$(PORT)", str(port)).split()
+    command.insert(1, "--host=127.0.0.1")
+    sample = (ROOT / "examples" / "admission-review.json").read_bytes()
+    with serving(
+        "make-run", command, tmp_path, lambda: send(("127.0.0.1", port), "GET")[0] == 200, cwd=ROOT
+    ):
+        status, content_type, raw = send(("127.0.0.1", port), "POST", sample, JSON)
+    assert (status, content_type) == (200, "application/json")
+    response = json.loads(raw)["response"]
+    assert response["allowed"] is True
+    assert response["auditAnnotations"] == {
+        "slices": "4", "slice-source": "workload-type", "backend": "resource",
+    }  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..config import ConfigError
+from .settings import add_settings
 
 # Command (and module in this package) -> its help. Only the module of the command
 # being run is imported, so `castslice preview` never loads the Kubernetes client.
@@ -39,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="castslice",
         description="Preview, register and check CastSlice, the GPU-sharing admission webhook. "
-        "Configuration comes from the same CASTSLICE_* environment variables as the function.",
+        "Configuration comes from the same CASTSLICE_* environment variables as the function, "
+        "or from each command's flags (--backend, ...).",
     )
     parser.add_argument("--version", action="version", version=f"castslice {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -51,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == chosen:
             module = importlib.import_module(f"{__name__}.{name}")
             module.add_arguments(command)
+            # Every command depends on the configuration: one set of flags for all.
+            add_settings(command)
     args = parser.parse_args(arguments)
     try:
         return module.run(args)

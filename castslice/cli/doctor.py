@@ -15,12 +15,13 @@ import kubernetes.config
 import yaml
 
 from .. import __version__
-from ..config import Config, load_config
+from ..config import Config
 from ..doctor import run_checks
 from ..doctor.cluster import ApiError, Cluster, Unreachable
 from ..doctor.report import Result, summary, symbols_for, text_line, to_json
 from ..registration import RegistrationError
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
+from .settings import config_from
 
 _DEFAULT_TIMEOUT = 10.0
 
@@ -57,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-    config = load_config(os.environ)
+    config = config_from(args)
     api = connect(args.kubeconfig, args.context)
     cluster = Cluster(api, timeout=args.timeout)
     try:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from ..config import load_config
 from ..policymode import render_json, render_yaml
+from .settings import config_from
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(os.environ)
+    config = config_from(args)
     render = render_json if args.output == "json" else render_yaml
     sys.stdout.write(render(config))
     return 0

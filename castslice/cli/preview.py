@@ -17,7 +17,6 @@ import argparse
 import copy
 import difflib
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,11 +26,11 @@ import jsonpatch
 import msgspec
 
 from ..admission import Outcome, PodAdmission
-from ..config import load_config
 from ..manifests import Document, ManifestError, dump_yaml, is_list, objects, read_documents
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
 from ..workloads import pod_template, template_path, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
+from .settings import config_from
 
 DEFAULT_NAMESPACE = "default"
 _UID = "castslice-preview"
@@ -88,7 +87,7 @@ class Preview:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(os.environ)
+    config = config_from(args)
     admission = PodAdmission(config)
     try:
         documents = read_documents(args.filename, sys.stdin.buffer)
@@ -113,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     for item in flat:
         for warning in item.warnings:
             print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
-    print(summary(flat), file=sys.stderr)
+    print(summary(flat, admission.backend.name), file=sys.stderr)
     return EXIT_PROBLEM if args.strict and any(item.warnings for item in flat) else EXIT_OK
 
 
@@ -160,7 +159,7 @@ def diff(previews: list[Preview], backend: str) -> str:
     )
 
 
-def summary(previews: list[Preview]) -> str:
+def summary(previews: list[Preview], backend: str) -> str:
     counts = {status: 0 for status in ("sliced", "unchanged", "passed through")}
     for item in previews:
         counts[item.status] += 1
@@ -168,7 +167,7 @@ def summary(previews: list[Preview]) -> str:
     return (
         f"{_count(len(previews), 'object')}: {counts['sliced']} sliced, "
         f"{counts['unchanged']} left unchanged, {counts['passed through']} passed through "
-        f"(no Pods); {_count(warnings, 'warning')}"
+        f"(no Pods); {_count(warnings, 'warning')}; {backend} backend"
     )
 
 

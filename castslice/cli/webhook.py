@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import shlex
 import sys
 from collections.abc import Mapping
 
-from ..config import Config, load_config
+from ..config import Config
 from ..enrolment import PolicyError, load_policy, read_policy_file
 from ..registration import (
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
     RegistrationError,
+    pod_match_conditions,
     to_yaml,
     webhook_configuration,
 )
 from . import EXIT_OK, CommandError
+from .settings import SETTINGS, config_from, effective_environment
 
 # The variables that change what this command prints (the policy, and the GPU resource its
 # matchConditions test for).
@@ -40,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--service",
         metavar="NAMESPACE/NAME",
         help="an in-cluster Service (port 443) to call instead of a URL",
+    )
+    target.add_argument(
+        "--helm-values",
+        action="store_true",
+        help="instead of a registration, Helm values for charts/castslice: the --policy "
+        "file and the Pod webhook's matchConditions made for it (policyRegistration)",
     )
     parser.add_argument("--path", default="/", help="the Service's path (default: /)")
     parser.add_argument(
@@ -73,7 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = _with_policy(load_config(os.environ), args.policy)
+    config = _with_policy(config_from(args), args.policy)
+    if args.helm_values:
+        return _print_helm_values(args, config)
     service = None
     if args.service is not None:
         namespace, slash, name = args.service.partition("/")
@@ -95,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except RegistrationError as error:
         raise CommandError(str(error)) from None
     _check_token(config, document, args.token)
-    sys.stdout.write(to_yaml(document, header(args, os.environ)))
+    sys.stdout.write(to_yaml(document, header(args, effective_environment(args, os.environ))))
     return EXIT_OK
 
 
@@ -114,7 +125,12 @@ def header(args: argparse.Namespace, environ: Mapping[str, str]) -> list[str]:
 def command_line(args: argparse.Namespace) -> list[str]:
     """The options that made this output, in a fixed order, defaults left out."""
     words = ["castslice", "webhook"]
-    words += ["--url", args.url] if args.url is not None else ["--service", args.service]
+    if args.helm_values:
+        words += ["--helm-values"]
+    elif args.url is not None:
+        words += ["--url", args.url]
+    else:
+        words += ["--service", args.service]
     if args.path != "/":
         words += ["--path", args.path]
     for option, value in (
@@ -126,7 +142,40 @@ def command_line(args: argparse.Namespace) -> list[str]:
     ):
         if value is not None:
             words += [option, value]
+    chosen = effective_environment(args, {})
+    words += [
+        word for s in SETTINGS if s.variable in chosen for word in (s.flag, chosen[s.variable])
+    ]
     return words
+
+
+def _print_helm_values(args: argparse.Namespace, config: Config) -> int:
+    """The chart's `policy` and `policyRegistration` values: the policy file as written, and
+    the Pod webhook's matchConditions with what they were made for, which the chart checks."""
+    if args.policy is None:
+        raise CommandError("--helm-values needs --policy FILE: the policy the values carry")
+    for option, value, default in (
+        ("--token", args.token, None),
+        ("--ca-bundle", args.ca_bundle, None),
+        ("--name", args.name, DEFAULT_NAME),
+        ("--namespace", args.namespace, DEFAULT_NAMESPACE),
+        ("--path", args.path, "/"),
+    ):
+        if value != default:
+            raise CommandError(
+                f"{option} is for a registration; the chart sets it (see its values)"
+            )
+    text = read_policy_file(args.policy)
+    registration: dict[str, object] = {
+        "policySha256": hashlib.sha256(text.encode()).hexdigest(),
+        "gpuResource": config.gpu_resource,
+        "podMatchConditions": pod_match_conditions(config),
+    }
+    if config.policy is not None and config.policy.document:
+        registration["annotation"] = config.policy.document
+    values = {"policy": text, "policyRegistration": registration}
+    sys.stdout.write(to_yaml(values, header(args, effective_environment(args, os.environ))))
+    return EXIT_OK
 
 
 def _with_policy(config: Config, path: str | None) -> Config:

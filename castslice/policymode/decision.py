@@ -135,12 +135,17 @@ def requirement_matches(requirement: Requirement) -> Expr:
 
 
 def gpu_requested(container: Expr, gpu: str) -> Expr:
-    """CEL: `container` names the GPU resource in its requests or limits (patch.gpu_containers)."""
+    """CEL: `container` asks for the GPU resource (patch.gpu_containers): names it in its
+    requests or limits with a count (the limit, else the request) other than zero."""
     resources = f"{container}.?resources"
-    return expr.any_of(
-        f"{string(gpu)} in {expr.optional_map(resources + '.?requests')}",
-        f"{string(gpu)} in {expr.optional_map(resources + '.?limits')}",
+    limits = expr.optional_map(resources + ".?limits")
+    requests = expr.optional_map(resources + ".?requests")
+    key = string(gpu)
+    asked = expr.if_else(
+        f"{key} in {limits}", f"string({limits}[{key}])", f"string({requests}[{key}])"
     )
+    zero = expr.let("asked", asked, "isQuantity(asked) && sign(quantity(asked)) == 0")
+    return expr.all_of(expr.any_of(f"{key} in {requests}", f"{key} in {limits}"), f"!({zero})")
 
 
 def containers_of(kind: str, root: str = "object") -> Expr:

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
+from tests.helm import HelmUnavailable, helm_binary
+
 from .variants import copy_infra, render
+
+
+def ci_or_skip(message: str) -> None:
+    """Skip for `message`, except in CI (CI=true), where a missing tool must not pass as a skip."""
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
 
 
 def kubectl() -> str:
@@ -23,6 +32,16 @@ def kubectl() -> str:
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm, built from its Go module on first use (tests/helm/build.sh)."""
+    try:
+        return helm_binary()
+    except HelmUnavailable as error:
+        ci_or_skip(str(error))
+        raise
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from castslice import __version__
 
@@ -69,12 +71,70 @@ def test_every_reference_is_a_built_in_or_a_declared_substitution() -> None:
 
 def test_the_tests_run_before_anything_is_built_or_deployed() -> None:
     order = [step["id"] for step in CLOUDBUILD["steps"]]
-    assert order == ["test", "image-name", "build", "push", "deploy"]
+    assert order == ["test", "image-name", "build", "push", "chart", "deploy"]
     # No step starts early: without waitFor each step waits for all before it.
     assert all("waitFor" not in step for step in CLOUDBUILD["steps"])
-    script = " ".join(STEPS["test"]["args"])
-    assert "-r requirements-dev.txt" in script
-    assert "pytest" in script
+
+
+# What python:3.11-slim, the test step's image, lacks of what `make test` uses.
+NOT_IN_THE_IMAGE = {"terraform", "kubectl", "go", "nginx", "make"}
+_NO_MAKE = "make is not installed (python:3.11-slim has none; CI's .ci/run installs it)"
+# Set for the run of the step's command below, which must not start itself again.
+INSIDE_THE_STEP = "CASTSLICE_CLOUD_BUILD_STEP"
+_SKIP_LINE = re.compile(r"^SKIPPED \[\d+\] (?P<where>[^:]+):\d+: (?P<why>.*)$")
+
+
+def path_without(tools: set[str], bin_dir: Path) -> str:
+    """This PATH's programs, linked into `bin_dir`, except `tools`."""
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            link = bin_dir / entry.name
+            if entry.name in tools or link.exists() or not os.access(entry.path, os.X_OK):
+                continue
+            link.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+_ITSELF = "this is that run"
+
+
+@pytest.mark.skipif(INSIDE_THE_STEP in os.environ, reason=_ITSELF)
+def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
+    tmp_path: Path,
+) -> None:
+    # pip is a recorder (no network here; this environment already has requirements-dev.txt)
+    # and python this environment's; every other program is this machine's, minus the four.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "pip").write_text(f'#!/bin/sh\necho "$@" >>{tmp_path}/pip-calls\n')
+    (tools / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for program in ("pip", "python"):
+        (tools / program).chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key not in ("CI", "VIRTUAL_ENV")}
+    env["PATH"] = f"{tools}{os.pathsep}{path_without(NOT_IN_THE_IMAGE, tmp_path / 'system')}"
+    env[INSIDE_THE_STEP] = "1"
+    step = STEPS["test"]
+    assert (step["name"], step["entrypoint"]) == ("python:3.11-slim", "bash")
+    done = subprocess.run(
+        ["bash", *step["args"]], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=1800, check=False,
+    )  # fmt: skip
+    summary = done.stdout.strip().splitlines()[-1]
+    print(f"the test step's command, as Cloud Build runs it: {summary}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert (tmp_path / "pip-calls").read_text().split() == [
+        "install", "--no-cache-dir", "--quiet", "--root-user-action=ignore",
+        "-r", "requirements-dev.txt",
+    ]  # fmt: skip
+    assert " passed" in summary and "failed" not in summary and "error" not in summary
+    # What skips there is what needs kubectl, and it says so.
+    skips = [_SKIP_LINE.match(line) for line in done.stdout.splitlines()]
+    reasons = {match["why"] for match in skips if match}
+    expected = {"kubectl (with its built-in kustomize) is not installed", _ITSELF, _NO_MAKE}
+    assert reasons <= expected, reasons
 
 
 def test_the_build_uses_the_dockerfile_and_deploys_with_gcloud_run() -> None:
@@ -174,3 +234,104 @@ def test_the_deploy_step_never_creates_a_service(workspace: dict[str, Path]) -> 
     assert result.returncode != 0
     assert "create it with Terraform" in result.stderr
     assert "run deploy" not in workspace["calls"].read_text()
+
+
+@pytest.mark.parametrize(("ci", "status"), [("true", 2), (None, 0)])
+def test_make_terraform_without_terraform_fails_only_in_ci(
+    tmp_path: Path, ci: str | None, status: int
+) -> None:
+    if shutil.which("make") is None and "CI" not in os.environ:
+        pytest.skip(_NO_MAKE)
+    # make's own prerequisite (.venv/.installed) is this environment's, already made.
+    env = {key: value for key, value in os.environ.items() if key != "CI"}
+    env["PATH"] = path_without({"terraform"}, tmp_path / "bin")
+    if ci:
+        env["CI"] = ci
+    done = subprocess.run(
+        ["make", "-s", "terraform", f"VENV={Path(sys.executable).parent.parent}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == status, done.stdout + done.stderr
+    if ci:
+        assert "CI=true and terraform (1.9+) is not installed" in done.stderr
+    else:
+        assert "infra/ was checked by parsing only" in done.stdout
+
+
+@pytest.fixture
+def chart_step(workspace: dict[str, Path], helm: Path) -> dict[str, Path]:
+    """The chart step's tools: `go install` puts a helm in GOBIN that is the real helm for
+    packaging and records `registry login` and `push` (no registry here); `curl` answers
+    as the metadata server does."""
+    real = workspace["root"] / "real-helm"
+    real.symlink_to(helm)
+    (workspace["bin"] / "go").write_text(
+        "#!/bin/sh\n"
+        f'echo "go $*" >> "{workspace["root"]}/calls"\n'
+        'mkdir -p "$GOBIN"\n'
+        'cat > "$GOBIN/helm" <<EOF\n'
+        "#!/bin/sh\n"
+        'case "\\$1" in\n'
+        f'  registry) echo "helm \\$* \\$(cat)" >> "{workspace["root"]}/calls" ;;\n'
+        f'  push) echo "helm \\$*" >> "{workspace["root"]}/calls" ;;\n'
+        f'  *) exec "{real}" "\\$@" ;;\n'
+        "esac\n"
+        "EOF\n"
+        'chmod +x "$GOBIN/helm"\n'
+    )
+    (workspace["bin"] / "curl").write_text(
+        "#!/bin/sh\n"
+        'echo \'{"access_token":"ya29.sample-token","expires_in":3599,"token_type":"Bearer"}\'\n'
+    )
+    for tool in ("go", "curl"):
+        (workspace["bin"] / tool).chmod(0o755)
+    return workspace
+
+
+@pytest.mark.parametrize(
+    ("tag_name", "short_sha", "chart_version", "app_version"),
+    [
+        (f"v{__version__}", "3f2a9c1", __version__, f"v{__version__}"),
+        ("", "0123abc", f"{__version__}-image-0123abc", "0123abc"),
+        ("", "", f"{__version__}-image-manual-{BUILD_ID}", f"manual-{BUILD_ID}"),
+    ],
+)
+def test_the_chart_is_packaged_with_the_image_version_and_pushed_next_to_it(
+    chart_step: dict[str, Path],
+    helm: Path,
+    tag_name: str,
+    short_sha: str,
+    chart_version: str,
+    app_version: str,
+) -> None:
+    values = build_values(short_sha, tag_name)
+    for step_id in ("image-name", "chart"):
+        result = run_step(step_id, values, chart_step)
+        assert result.returncode == 0, result.stderr
+
+    package = chart_step["root"] / "chart" / f"castslice-{chart_version}.tgz"
+    calls = chart_step["calls"].read_text().splitlines()
+    helm_version = (ROOT / "tests" / "helm" / "helm.version").read_text().strip()
+    assert calls == [
+        f"go install helm.sh/helm/v4/cmd/helm@{helm_version}",
+        "helm registry login europe-west1-docker.pkg.dev --username oauth2accesstoken "
+        "--password-stdin ya29.sample-token",
+        f"helm push {package} oci://europe-west1-docker.pkg.dev/sample-project/castslice/charts",
+    ]
+    shown = yaml.safe_load(
+        subprocess.run(
+            [str(helm), "show", "chart", str(package)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert (shown["version"], shown["appVersion"]) == (chart_version, app_version)
+    rendered = subprocess.run(
+        [str(helm), "template", "castslice", str(package)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+    image = (chart_step["root"] / "image").read_text().strip()
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    # The repository's own chart is untouched.
+    assert "my-project" in (ROOT / "charts" / "castslice" / "values.yaml").read_text()

@@ -18,7 +18,7 @@ from .variants import ROOT
 
 # How the function is started in production and by the end-to-end suite
 # (which adds --host and --port).
-START_COMMAND = ["functions-framework", "--target=mutate", "--source=main.py", "--asgi"]
+START_COMMAND = ["functions-framework", "--target=mutate_asgi", "--source=main.py"]
 
 
 def instructions(dockerfile: Path) -> list[tuple[str, str]]:
@@ -118,7 +118,7 @@ def copied_sources() -> list[str]:
 
 def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
     assert set(copied_sources()) == {"requirements.txt", "main.py", "castslice"}
-    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/webhook.py"):
+    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/serving/core.py"):
         assert not dockerignore_excludes(source), source
     for private in (".git/config", ".venv/bin/python", "tests/conftest.py", "infra/main.tf"):
         assert dockerignore_excludes(private), private
@@ -154,3 +154,35 @@ def test_the_command_serves_from_the_copied_files_on_port(tmp_path: Path) -> Non
         timeout=20,
     ) as health:
         assert health["status"] == "ok"
+
+
+def gcloudignore_excludes(path: str) -> bool:
+    """Whether `gcloud` leaves `path` out of an upload (.gcloudignore and its #!include)."""
+    excluded = False
+    lines = (ROOT / ".gcloudignore").read_text().splitlines()
+    for line in list(lines):
+        if line.startswith("#!include:"):
+            lines += (ROOT / line.removeprefix("#!include:")).read_text().splitlines()
+    for pattern in lines:
+        pattern = pattern.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        pattern = pattern.removeprefix("!").rstrip("/")
+        parts = Path(path).parts
+        if any(fnmatch.fnmatch(part, pattern) for part in parts) or fnmatch.fnmatch(path, pattern):
+            excluded = not negated
+    return excluded
+
+
+def test_a_source_deploy_uploads_what_googles_buildpacks_run() -> None:
+    # `gcloud run deploy --source . --function=TARGET`: the Python buildpack installs
+    # requirements.txt and runs functions-framework on main.py with that target.
+    for path in ("main.py", "requirements.txt", "castslice/serving/core.py"):
+        assert not gcloudignore_excludes(path), path
+    assert gcloudignore_excludes(".venv/bin/python")
+    pins = (ROOT / "requirements.txt").read_text().splitlines()
+    assert "functions-framework==3.10.2" in pins
+    source = (ROOT / "main.py").read_text()
+    for target in ("mutate", "mutate_asgi"):
+        assert f"def {target}(request" in source

@@ -1,4 +1,4 @@
-"""Every setting and the enrolment policy reach the Knative and in-cluster variants.
+"""Every setting and the enrolment policy reach the Knative variant (the chart: test_chart).
 
 Each variant is rendered with `kubectl kustomize` from a copy of infra/ whose
 castslice.env sets every configuration variable to a value other than its default
@@ -53,14 +53,12 @@ SETTINGS = {
     "CASTSLICE_SHARING_DEGREES": "2,4,8",
     "CASTSLICE_SHARING_STRATEGY": "mps",
 }
-# Metrics are for the in-cluster variant only; the path token for the public URL only.
+# The path token is for the public URL only; metrics for the chart only.
 VARIANT_SETTINGS = {
-    "in-cluster": {**SETTINGS, "CASTSLICE_METRICS": "true", "CASTSLICE_METRICS_PORT": "9191"},
     "knative": {**SETTINGS, "CASTSLICE_PATH_TOKEN": SAMPLE_TOKEN},
 }
 # Read by kustomize itself, never by the application.
 KUSTOMIZE_SETTINGS = {
-    "in-cluster": {"IMAGE": SAMPLE_IMAGE},
     "knative": {"IMAGE": SAMPLE_IMAGE, "HOST": SAMPLE_HOST},
 }
 POLICY = """\
@@ -151,7 +149,7 @@ def test_castslice_reads_every_value_from_what_the_container_gets(
 
     assert loaded == load_config({**VARIANT_SETTINGS[variant], "CASTSLICE_POLICY": POLICY})
     default = load_config({})
-    unset = {"in-cluster": {"path_token"}, "knative": {"metrics", "metrics_port"}}[variant]
+    unset = {"knative": {"metrics", "metrics_port"}}[variant]
     for setting in fields(Config):
         if setting.name not in unset:
             assert getattr(loaded, setting.name) != getattr(default, setting.name), setting.name
@@ -237,7 +235,7 @@ def test_the_shipped_examples_render_and_validate(infra: Path, variant: str) -> 
             kubernetes_validate.validate(obj, version, strict=True)
     environment = container_environment(objects, castslice_container(objects))
     # The commented settings stay comments: only the required ones are set.
-    required = {"in-cluster": set(), "knative": {"CASTSLICE_PATH_TOKEN"}}[variant]
+    required = {"knative": {"CASTSLICE_PATH_TOKEN"}}[variant]
     assert {name for name in environment if name.startswith("CASTSLICE_")} == required | {
         "CASTSLICE_POLICY_FILE"
     }
@@ -252,17 +250,3 @@ def test_the_shipped_policy_enrols_no_one(variant: str) -> None:
     uncommented = re.sub(r"^# ?", "", "# rules:" + commented, flags=re.MULTILINE)
     rules = yaml.safe_load(uncommented)["rules"]
     assert rules and all({"name", "namespaces", "optimize"} <= rule.keys() for rule in rules)
-
-
-def test_both_variants_ship_the_same_policy_example() -> None:
-    examples = {(INFRA / v / "policy.yaml.example").read_text() for v in KUSTOMIZE_VARIANTS}
-    assert len(examples) == 1
-
-
-@pytest.mark.parametrize("variant", KUSTOMIZE_VARIANTS)
-def test_the_settings_example_lists_every_setting(variant: str) -> None:
-    example = (INFRA / variant / "castslice.env.example").read_text()
-    listed = set(_OPTIONAL_SETTING.findall(example)) | {
-        line.partition("=")[0] for line in example.splitlines() if line[:1].isalpha()
-    }
-    assert set(VARIANT_SETTINGS[variant]) <= listed

@@ -20,7 +20,6 @@ from .variants import (
     container_environment,
     load_hcl,
     load_yaml,
-    of_kind,
     only,
     without_client_config,
 )
@@ -36,48 +35,13 @@ def test_the_shared_settings_meet_the_contract() -> None:
     assert_webhook_contract(load_yaml(SHARED_WEBHOOK))
 
 
-def test_the_shared_settings_are_a_kustomize_base_of_both_kustomize_variants() -> None:
+def test_the_shared_settings_are_the_kustomize_base_of_the_knative_variant() -> None:
     # A directory base inside infra/: no --load-restrictor needed.
     assert load_yaml(INFRA / "webhook" / "kustomization.yaml")["resources"] == [
         "mutatingwebhookconfiguration.yaml"
     ]
-    for variant in ("in-cluster", "knative"):
+    for variant in ("knative",):
         assert "../webhook" in load_yaml(INFRA / variant / "kustomization.yaml")["resources"]
-
-
-def test_in_cluster_differs_from_the_shared_settings_only_in_client_config(
-    kustomize: Build,
-) -> None:
-    objects = kustomize("in-cluster")
-    configuration = only(objects, "MutatingWebhookConfiguration")
-    assert without_client_config(configuration) == without_client_config(load_yaml(SHARED_WEBHOOK))
-    assert_webhook_contract(configuration)
-
-
-def test_in_cluster_calls_the_service_and_gets_its_ca_from_cert_manager(kustomize: Build) -> None:
-    objects = kustomize("in-cluster")
-    configuration = only(objects, "MutatingWebhookConfiguration")
-    service = only(objects, "Service")
-    for webhook in configuration["webhooks"]:
-        # caBundle is injected by cert-manager; url would bypass the Service.
-        assert webhook["clientConfig"] == {
-            "service": {
-                "name": service["metadata"]["name"],
-                "namespace": service["metadata"]["namespace"],
-                "path": "/",
-                "port": service["spec"]["ports"][0]["port"],
-            }
-        }
-
-    source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
-    namespace, _, name = source.partition("/")
-    certificate = next(
-        cert
-        for cert in of_kind(objects, "Certificate")
-        if (cert["metadata"]["namespace"], cert["metadata"]["name"]) == (namespace, name)
-    )
-    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
-    assert host in certificate["spec"]["dnsNames"]
 
 
 def test_knative_differs_from_the_shared_settings_only_in_client_config(kustomize: Build) -> None:

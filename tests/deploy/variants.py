@@ -20,7 +20,8 @@ from hcl2.utils import SerializationOptions
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 SHARED_WEBHOOK = INFRA / "webhook" / "mutatingwebhookconfiguration.yaml"
-KUSTOMIZE_VARIANTS = ("in-cluster", "knative")
+# The in-cluster variant is the Helm chart (charts/castslice, tests/deploy/test_chart.py).
+KUSTOMIZE_VARIANTS = ("knative",)
 # Custom resources: kubernetes-validate ships no schema for them.
 CUSTOM_GROUPS = ("cert-manager.io/", "serving.knative.dev/", "monitoring.coreos.com/")
 
@@ -32,7 +33,6 @@ SAMPLE_CLOUD_RUN_URI = "https://castslice-7q2x5c3kfa-ew.a.run.app"
 
 # The settings file each kustomize variant reads (castslice.env, never committed).
 VARIANT_SETTINGS = {
-    "in-cluster": f"IMAGE={SAMPLE_IMAGE}\n",
     "knative": f"IMAGE={SAMPLE_IMAGE}\nHOST={SAMPLE_HOST}\nCASTSLICE_PATH_TOKEN={SAMPLE_TOKEN}\n",
 }
 

@@ -15,6 +15,8 @@ from typing import NoReturn, Protocol
 import kubernetes.client
 import pytest
 
+from tests.helm import HelmUnavailable, helm_binary
+
 from . import tools
 from .castslice_server import CastSliceServer, StartServer
 from .cluster import LocalControlPlane
@@ -182,6 +184,15 @@ def _separate_servers(
             _live.remove(server)
             server.close()
         register_and_wait(api, session_server)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm, built from its Go module on first use (tests/helm/build.sh)."""
+    try:
+        return helm_binary()
+    except HelmUnavailable as error:
+        missing(tools.MissingTool(str(error)))
 
 
 @pytest.fixture(scope="session")

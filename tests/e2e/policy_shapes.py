@@ -111,6 +111,10 @@ def hand_picked(config: Config) -> list[Manifest]:
         (annotated(ratio="2"), [container("has-shared", {GPU: "1", shared: "7"}, {GPU: "1"})], {}),
         (annotated(ratio="2"), [container("shared-only", {shared: "7"}, {shared: "7"})], {}),
         (annotated(ratio="2"), [container("gpu-0", {GPU: "0"}, {GPU: "0"})], {}),
+        # A zero count keeps what it has, and places nothing on its account.
+        (annotated(type="dev"), [gpu("idle", "0")], {"initContainers": [gpu("warm", "0.0")]}),
+        (annotated(type="training"), [gpu("app"), gpu("idle", "0")], {}),
+        (annotated(ratio="2"), [container("zero-limit", {"cpu": "10m"}, {GPU: "0Ki"})], {}),
         (annotated(type="dev"), [gpu("eph")], {"ephemeralContainers": [_ephemeral("debug")]}),
         # Placement: nodeSelectors of every kind, by hand for one backend or another.
         (annotated(type="dev"), [gpu("app")], {"nodeSelector": {"disk": "ssd"}}),
@@ -169,7 +173,7 @@ def _with_spec(manifest: Manifest, fields: dict[str, Any]) -> Manifest:
 LABEL_KEYS = ("tier", "app", "dedicated", "team")
 LABEL_VALUES = ("dev", "x", "vllm", "other", "yes")
 
-_quantities = st.sampled_from(["1", "2", "3", "4", "8"])
+_quantities = st.sampled_from(["0", "1", "2", "3", "4", "8"])
 
 
 def _values(known: list[str]) -> st.SearchStrategy[str]:

@@ -153,8 +153,11 @@ def test_a_front_end_answering_502_with_an_html_page_is_ignored(
 
     timings = assert_admitted_unchanged_within(api, namespace, TIMEOUT_SECONDS)
 
-    # An error answer is final: the API server does not wait or retry.
-    assert max(timings) < 1.0
+    # An error answer is final: the API server does not retry (one fail-open per create,
+    # counted above) and does not wait for the timeout, which an unanswered call would
+    # reach. Measured: a few tens of milliseconds per create; shown with -s.
+    print(f"creates after a 502: {', '.join(f'{t:.3f} s' for t in timings)}")
+    assert max(timings) < TIMEOUT_SECONDS, timings
 
 
 def test_a_front_end_resetting_the_connection_is_ignored(

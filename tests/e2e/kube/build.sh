@@ -16,6 +16,13 @@ cache_root="${CASTSLICE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/castslice}"
 out="$cache_root/kube-$kube_version-etcd-$etcd_version-kwok-$kwok_version"
 tools=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
 
+# One build at a time per cache entry: a second first run (`make e2e` in one shell,
+# `python -m tests.e2e up` in another) waits here, then finds the entry complete.
+# The lock is held until this script exits.
+mkdir -p "$cache_root"
+exec {lock}>"$out.lock"
+flock "$lock"
+
 complete=1
 for t in "${tools[@]}"; do [[ -x "$out/$t" ]] || complete=0; done
 if [[ $complete == 0 ]]; then

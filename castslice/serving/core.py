@@ -1,4 +1,11 @@
-"""The HTTP face of CastSlice: routing, limits and errors around one review."""
+"""Routing, limits and errors around one review, with no web framework in sight.
+
+A face hands over a request in two steps, so that a body is read only when it will be
+used: `screen` sees the method, path and headers and either answers or says to read
+the body (at most MAX_BODY_BYTES + 1 bytes, None when more came); `answer` takes it.
+Whatever a face catches goes to `failed`, `body_ended` or `too_large`: every reply is
+JSON, never a framework's HTML page.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,12 @@ import time
 from collections.abc import Callable
 
 import msgspec
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
-from starlette.types import Receive
 
-from . import __version__
-from .admission import Outcome, PodAdmission
-from .config import Config
-from .log import write_log, write_record
-from .review import (
+from .. import __version__
+from ..admission import Outcome, PodAdmission
+from ..config import Config
+from ..log import write_log, write_record
+from ..review import (
     AdmissionRequest,
     InvalidReview,
     UnreadableObject,
@@ -34,7 +38,7 @@ _INTERNAL_ERROR_WARNING = (
 
 
 class Reply(msgspec.Struct, frozen=True):
-    """A status and JSON body, before Starlette wraps them; a Struct is built in C, per review."""
+    """A status, JSON body and extra headers, before a face wraps them; built in C, per review."""
 
     status: int
     body: bytes
@@ -75,19 +79,14 @@ class Webhook:
         self._log_review = log_review
         self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})
 
-    async def serve(self, request: Request) -> Response:
-        """The functions-framework entry: a Starlette request in, a JSON response out."""
-        try:
-            reply = await self.route(request)
-        except ClientDisconnect:  # the caller went away before sending its whole body
-            reply = self._reject(400, "the body ended before its Content-Length")
-        except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
-            self._log("ERROR", f"request failed: {type(error).__name__}: {error}"[:300])
-            reply = Reply(500, encode_json({"error": "internal error"}))
-        return Response(reply.body, reply.status, reply.headers, media_type=JSON)
+    def screen(
+        self, method: str, path: str, content_type: str, content_length: int | None
+    ) -> Reply | None:
+        """The reply a request gets before its body is read, or None: read it, then `answer`.
 
-    async def route(self, request: Request) -> Reply:
-        method = request.method
+        `content_type` is the header as sent ("" when absent); `content_length` is the
+        declared length, None when absent or not a number (a chunked body).
+        """
         if method in ("GET", "HEAD"):
             return Reply(200, self._health)
         if method != "POST":
@@ -96,21 +95,30 @@ class Webhook:
                 f"method {method} is not allowed; send the AdmissionReview with POST",
                 {"Allow": _ALLOWED_METHODS},
             )
-        if self.config.path_token is not None and not self._token_matches(request.url.path):
+        if self.config.path_token is not None and not self._token_matches(path):
             # No detail: the token is what keeps the public URL private.
             return self._reject(404, "not found")
-        content_type, declared_length = _body_headers(request.scope["headers"])
         # The API server sends exactly this; only other spellings need parsing.
         if content_type != JSON and _mimetype(content_type) != JSON:
             return self._reject(
                 415, f"Content-Type must be {JSON}, got {_mimetype(content_type) or 'none'!r}"
             )
-        if declared_length > MAX_BODY_BYTES:
-            return self._too_large()
-        body = await _read_body(request.receive, MAX_BODY_BYTES)
-        if body is None:
-            return self._too_large()
-        return self.answer(body)
+        if content_length is not None and content_length > MAX_BODY_BYTES:
+            return self.too_large()
+        return None
+
+    def answer_body(self, body: bytes | None) -> Reply:
+        """The reply to a screened request's body, as read by a face (None: over the limit)."""
+        return self.too_large() if body is None else self.answer(body)
+
+    def failed(self, error: Exception) -> Reply:
+        """The reply when serving a request raised: logged, answered with a JSON 500."""
+        self._log("ERROR", f"request failed: {type(error).__name__}: {error}"[:300])
+        return Reply(500, encode_json({"error": "internal error"}))
+
+    def body_ended(self) -> Reply:
+        """The reply when the caller stopped sending before its Content-Length."""
+        return self._reject(400, "the body ended before its Content-Length")
 
     def answer(self, body: bytes) -> Reply:
         """Answer one AdmissionReview body; every valid review is allowed."""
@@ -143,7 +151,7 @@ class Webhook:
         self._log("WARNING", f"rejected request: {message}", status=status)
         return Reply(status, encode_json({"error": message}), headers)
 
-    def _too_large(self) -> Reply:
+    def too_large(self) -> Reply:
         return self._reject(413, f"the body is larger than {MAX_BODY_BYTES} bytes (7 MiB)")
 
 
@@ -167,41 +175,5 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
     )
 
 
-def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
-    """Content-Type and the declared Content-Length (0 when absent or not a number).
-
-    Read straight from the ASGI scope, once: Starlette's Headers would be built per request.
-    """
-    content_type, length = b"", b""
-    for name, value in headers:
-        if name == b"content-type":
-            content_type = value
-        elif name == b"content-length":
-            length = value
-    try:
-        declared = int(length or 0)
-    except ValueError:
-        declared = 0
-    return content_type.decode("latin-1"), declared
-
-
 def _mimetype(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None once it grows past `limit` (a chunked body declares no length)."""
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        if not message.get("more_body", False):
-            # Most bodies come in one message: nothing to join.
-            return b"".join((*chunks, chunk)) if chunks else chunk
-        chunks.append(chunk)

@@ -1,0 +1,80 @@
+"""The settings every configuration-dependent command takes: flags over the environment.
+
+`castslice preview`, `webhook`, `policy` and `doctor` read the same CASTSLICE_*
+variables as the function; each flag here sets one of them for the command, so
+`--backend gke` is CASTSLICE_BACKEND=gke. Without a flag the environment decides, and
+without either the function's default does, as it would in a deployment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from ..backends import BACKENDS
+from ..config import SHARING_STRATEGIES, Config, ConfigError, load_config
+
+
+class Setting(NamedTuple):
+    flag: str
+    variable: str
+    metavar: str
+    help: str
+    choices: tuple[str, ...] | None = None
+
+
+SETTINGS = (
+    Setting("--backend", "CASTSLICE_BACKEND", "NAME", "how Pods are placed", tuple(BACKENDS)),
+    Setting("--slices-per-gpu", "CASTSLICE_SLICES_PER_GPU", "N", "slices that make one GPU"),
+    Setting(
+        "--sharing-degrees", "CASTSLICE_SHARING_DEGREES", "M,...",
+        "clients per GPU the sharing nodes offer, e.g. 2,4",
+    ),
+    Setting(
+        "--sharing-strategy", "CASTSLICE_SHARING_STRATEGY", "NAME", "time-slicing or mps",
+        SHARING_STRATEGIES,
+    ),
+    Setting("--shared-resource", "CASTSLICE_SHARED_RESOURCE", "NAME", "the resource written"),
+    Setting("--gpu-resource", "CASTSLICE_GPU_RESOURCE", "NAME", "the resource rewritten"),
+    Setting("--presets", "CASTSLICE_PRESETS", "T=N,...", "workload types and their slices"),
+)  # fmt: skip
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "configuration",
+        "Each flag overrides its CASTSLICE_* variable; without either, the function's "
+        "default applies (backend: resource). The effective backend is printed with the output.",
+    )
+    for setting in SETTINGS:
+        group.add_argument(
+            setting.flag,
+            dest=_dest(setting),
+            metavar=setting.metavar,
+            choices=setting.choices,
+            help=f"{setting.help} (default: ${setting.variable}, else the function's default)",
+        )
+
+
+def effective_environment(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with the variables the flags set."""
+    chosen = {s.variable: getattr(args, _dest(s)) for s in SETTINGS}
+    return {**environ, **{name: value for name, value in chosen.items() if value is not None}}
+
+
+def config_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Config:
+    """The configuration of this command: its flags, then the environment."""
+    try:
+        return load_config(effective_environment(args, environ))
+    except ConfigError as error:
+        message = str(error)
+        for setting in SETTINGS:
+            if getattr(args, _dest(setting)) is not None and message.startswith(setting.variable):
+                message = setting.flag + message[len(setting.variable) :]
+        raise ConfigError(message) from None
+
+
+def _dest(setting: Setting) -> str:
+    return "setting_" + setting.flag.removeprefix("--").replace("-", "_")

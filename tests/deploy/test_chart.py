@@ -1,0 +1,712 @@
+"""charts/castslice rendered by the real helm CLI (built from helm.sh/helm/v4; tests/helm).
+
+`helm lint --strict`; `helm template` over a matrix of values (each backend, policy on
+and off, metrics on and off, a provided TLS Secret), every built-in object validated
+against the Kubernetes 1.30 and 1.37 schemas (kubernetes-validate, strict); the
+registration equal to what `castslice webhook` renders for the same settings; every
+setting reaching the container as the application reads it; bad values refused by
+values.schema.json or the templates with their names.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import castslice.tls
+from castslice import __version__
+from castslice.config import Config, load_config
+from tests.helm import (
+    CHART,
+    Objects,
+    castslice_output,
+    run_helm,
+    template,
+    template_error,
+)
+
+from .test_manifests import assert_restricted
+from .variants import (
+    SHARED_WEBHOOK,
+    assert_webhook_contract,
+    built_in,
+    container_environment,
+    containers,
+    of_kind,
+    only,
+    without_client_config,
+)
+
+KUBERNETES_VERSIONS = ("1.30", "1.37")
+SAMPLE_REPOSITORY = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice"
+BACKENDS = ("resource", "nvidia", "gke", "dra")
+SAMPLE_TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
+# Every rule shape the policy language has: names and globs, matchLabels and each
+# matchExpressions operator, enrolling and excluding rules in several groups.
+POLICY = """\
+rules:
+  - name: never in production
+    namespaces: [production, "*-prod"]
+    optimize: false
+  - name: research notebooks
+    namespaces: [research, "team-?", "lab-[ab]*"]
+    podSelector:
+      matchLabels: {tier: dev}
+    optimize: true
+    workloadType: dev
+  - name: not dedicated
+    podSelector:
+      matchExpressions:
+        - {key: example.com/dedicated, operator: Exists}
+        - {key: app, operator: NotIn, values: [batch]}
+    optimize: false
+  - name: inference
+    podSelector:
+      matchExpressions:
+        - {key: app.kubernetes.io/component, operator: In, values: [inference, serving]}
+        - {key: example.com/whole-gpu, operator: DoesNotExist}
+    optimize: true
+    slices: 2
+"""
+# A test CA: the API server only needs its PEM form in the registration.
+CA_PEM = (
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBdzCCAR2gAwIBAgIUCastSliceChartTestCAxxxxxxxxwCgYIKoZIzj0EAwIw\n"
+    "-----END CERTIFICATE-----\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    backend: str
+    policy: bool
+    metrics: bool
+    secret: bool
+
+    @property
+    def id(self) -> str:
+        return "-".join(
+            [
+                self.backend,
+                "policy" if self.policy else "annotations",
+                "metrics" if self.metrics else "no-metrics",
+                "secret" if self.secret else "cert-manager",
+            ]
+        )
+
+
+CASES = [Case(*combination) for combination in itertools.product(BACKENDS, *[(False, True)] * 3)]
+
+
+def policy_values(tmp_path: Path, text: str = POLICY, env: dict[str, str] | None = None) -> dict:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(text)
+    output = castslice_output(["webhook", "--helm-values", "--policy", str(policy_file)], env)
+    return yaml.safe_load(output)
+
+
+def case_values(case: Case, tmp_path: Path) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "backend": case.backend,
+        "slicesPerGpu": 8,
+        "sharingDegrees": [2, 8],
+        "gpuResource": "example.com/gpu",
+        "pathToken": SAMPLE_TOKEN,
+    }
+    if case.backend == "dra":
+        values["claimTemplates"] = {"namespaces": ["research", "team-a"], "slices": [1, 3, 8, 12]}
+    if case.policy:
+        values.update(policy_values(tmp_path, env={"CASTSLICE_GPU_RESOURCE": "example.com/gpu"}))
+    if case.metrics:
+        values["metrics"] = {"enabled": True, "port": 9191, "podMonitor": {"enabled": True}}
+    if case.secret:
+        values["tls"] = {"source": "secret", "secretName": "my-webhook-tls", "caBundle": CA_PEM}
+    return values
+
+
+@pytest.fixture(scope="module")
+def defaults(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Objects:
+    values = {"image": {"repository": SAMPLE_REPOSITORY}}
+    return template(helm, tmp_path_factory.mktemp("defaults"), values)
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Objects]:
+    """Every case of the matrix, rendered once for this module."""
+    out: dict[str, Objects] = {}
+    for case in CASES:
+        directory = tmp_path_factory.mktemp(case.id)
+        out[case.id] = template(helm, directory, case_values(case, directory), namespace="gpu-ops")
+    return out
+
+
+def test_helm_lint_strict_passes(helm: Path) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_chart_and_the_image_share_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == __version__
+    assert chart["appVersion"] == __version__
+
+
+def test_the_default_values_are_the_applications_defaults(helm: Path, tmp_path: Path) -> None:
+    objects = template(helm, tmp_path, {})
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environment = container_environment(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
+    assert load_config(environment) == Config()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_built_in_kinds_match_the_kubernetes_schemas(
+    rendered: dict[str, Objects], case: Case, version: str
+) -> None:
+    objects = rendered[case.id]
+    for obj in built_in(objects):
+        # ResourceClaimTemplates are resource.k8s.io/v1, GA in 1.34: the dra backend needs it.
+        if obj["kind"] == "ResourceClaimTemplate" and version == "1.30":
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+    kinds = {obj["kind"] for obj in objects}
+    assert ("PodMonitor" in kinds) == case.metrics
+    assert ("Certificate" in kinds) == (not case.secret)
+    assert ("ResourceClaimTemplate" in kinds) == (case.backend == "dra")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_the_registration_is_what_castslice_webhook_renders(
+    rendered: dict[str, Objects], case: Case, tmp_path: Path
+) -> None:
+    chart = only(rendered[case.id], "MutatingWebhookConfiguration")
+    args = ["webhook", "--service", "gpu-ops/castslice", "--namespace", "gpu-ops"]
+    args += ["--token", SAMPLE_TOKEN]
+    if case.policy:
+        (tmp_path / "policy.yaml").write_text(POLICY)
+        args += ["--policy", str(tmp_path / "policy.yaml")]
+    if case.secret:
+        (tmp_path / "ca.pem").write_text(CA_PEM)
+        args += ["--ca-bundle", str(tmp_path / "ca.pem")]
+    env = {"CASTSLICE_GPU_RESOURCE": "example.com/gpu", "CASTSLICE_PATH_TOKEN": SAMPLE_TOKEN}
+    expected = yaml.safe_load(castslice_output(args, env))
+    assert comparable(chart, secret=case.secret) == expected
+
+
+def comparable(
+    chart: dict[str, Any], *, secret: bool, namespace: str = "gpu-ops"
+) -> dict[str, Any]:
+    """The chart's registration less what only Helm and cert-manager add: the chart's
+    own labels, and (with cert-manager) the annotation its cainjector reads."""
+    metadata = copy_of(chart["metadata"])
+    metadata["labels"] = {"app.kubernetes.io/name": metadata["labels"]["app.kubernetes.io/name"]}
+    annotations = metadata.pop("annotations", {})
+    injected = annotations.pop("cert-manager.io/inject-ca-from", None)
+    assert (injected is None) == secret
+    if not secret:
+        assert injected == f"{namespace}/castslice-serving"
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**chart, "metadata": metadata}
+
+
+def copy_of(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def test_the_chart_carries_the_generated_registration_file() -> None:
+    # files/webhook.yaml is `castslice webhook`'s output, as infra/webhook's is.
+    shipped = (CHART / "files" / "webhook.yaml").read_text()
+    assert shipped == SHARED_WEBHOOK.read_text()
+    assert shipped == castslice_output(["webhook", "--url", "https://castslice.invalid/"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_every_setting_reaches_the_container_as_the_application_reads_it(
+    rendered: dict[str, Objects], case: Case
+) -> None:
+    objects = rendered[case.id]
+    deployment = only(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    assert environment["CASTSLICE_POLICY_FILE"] == "/etc/castslice/policy.yaml"
+    policy = only_named(objects, "ConfigMap", "castslice-policy")["data"]["policy.yaml"]
+    dra = {k: environment.pop(k) for k in list(environment) if k.startswith("CASTSLICE_DRA_")}
+    assert dra == {
+        "CASTSLICE_DRA_DEVICE_CLASS": "gpu.nvidia.com",
+        "CASTSLICE_DRA_CAPACITY": "shares",
+    }
+    del environment["CASTSLICE_POLICY_FILE"]
+    if case.backend == "dra":
+        # Until the dra backend exists the application refuses the name; the rest is checked.
+        environment["CASTSLICE_BACKEND"] = "resource"
+    config = load_config(environment)
+    assert config.backend == ("resource" if case.backend == "dra" else case.backend)
+    assert config.slices_per_gpu == 8
+    assert config.sharing_degrees == (2, 8)
+    assert config.gpu_resource == "example.com/gpu"
+    assert config.path_token == SAMPLE_TOKEN
+    assert config.metrics == case.metrics
+    assert config.metrics_port == (9191 if case.metrics else 9090)
+    assert policy == (POLICY if case.policy else "rules: []\n")
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == ({"https": 8443, "metrics": 9191} if case.metrics else {"https": 8443})
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == (
+        "my-webhook-tls" if case.secret else "castslice-tls"
+    )
+
+
+def only_named(objects: Objects, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    return found
+
+
+def container_environment_with_secrets(objects: Objects, container: dict[str, Any]) -> dict:
+    """What the kubelet gives `container`: its envFrom ConfigMaps and Secrets, then env."""
+    config_maps = [s for s in container["envFrom"] if "configMapRef" in s]
+    environment = container_environment(objects, {**container, "envFrom": config_maps})
+    for source in container["envFrom"]:
+        if "secretRef" in source:
+            secret = only_named(objects, "Secret", source["secretRef"]["name"])
+            environment.update(secret.get("stringData", {}))
+            for key, value in secret.get("data", {}).items():
+                environment[key] = base64.b64decode(value).decode()
+    environment.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return environment
+
+
+def claim_spec(count: int, requests: dict[str, str]) -> dict[str, Any]:
+    exactly = {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": count,
+        "capacity": {"requests": requests},
+    }
+    return {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.backend == "dra"][:1], ids=lambda c: c.id)
+def test_dra_claim_templates_share_one_gpu_below_a_whole_one_and_count_gpus_above(
+    rendered: dict[str, Objects], case: Case
+) -> None:
+    templates = of_kind(rendered[case.id], "ResourceClaimTemplate")
+    found = {(t["metadata"]["namespace"], t["metadata"]["name"]): t["spec"] for t in templates}
+    # 12 slices of 8 per GPU are two whole GPUs: the template for 16 serves them.
+    expected = {
+        "castslice-1-of-8": claim_spec(1, {"shares": "1"}),
+        "castslice-3-of-8": claim_spec(1, {"shares": "3"}),
+        "castslice-8-of-8": claim_spec(1, {"shares": "8"}),
+        "castslice-16-of-8": claim_spec(2, {"shares": "8"}),
+    }
+    assert found == {
+        (namespace, name): spec
+        for namespace in ("research", "team-a")
+        for name, spec in expected.items()
+    }
+    for claim_template in templates:
+        assert claim_template["metadata"]["labels"]["app.kubernetes.io/part-of"] == "castslice"
+
+
+@pytest.mark.parametrize(
+    ("memory", "per_gpu", "slices", "share"),
+    [("80Gi", 8, 3, "30Gi"), ("80Gi", 3, 1, "27307Mi"), ("24576Mi", 8, 1, "3Gi"),
+     ("2Ti", 2, 1, "1Ti")],
+)  # fmt: skip
+def test_a_share_of_one_gpu_asks_for_its_share_of_the_memory_rounded_up_to_a_mebibyte(
+    helm: Path, tmp_path: Path, memory: str, per_gpu: int, slices: int, share: str
+) -> None:
+    values = {
+        "backend": "dra",
+        "slicesPerGpu": per_gpu,
+        "draGpuMemory": memory,
+        "claimTemplates": {"namespaces": ["research"], "slices": [slices, per_gpu]},
+    }
+    templates = of_kind(template(helm, tmp_path, values), "ResourceClaimTemplate")
+    specs = {t["metadata"]["name"]: t["spec"] for t in templates}
+    assert specs == {
+        f"castslice-{slices}-of-{per_gpu}": claim_spec(1, {"shares": str(slices), "memory": share}),
+        # A whole GPU asks for every share and no memory.
+        f"castslice-{per_gpu}-of-{per_gpu}": claim_spec(1, {"shares": str(per_gpu)}),
+    }
+
+
+def claim_templates_from_castslice(
+    namespaces: list[str], slices: list[int], env: dict[str, str]
+) -> Objects:
+    """`castslice claim-templates` for the chart's claimTemplates, with the CASTSLICE_*
+    settings `env`: what the chart's ResourceClaimTemplates must equal once the dra backend
+    ships that command. Compare with chart_claim_templates(); the chart adds only its labels."""
+    from tests.helm import claim_templates_command
+
+    output = castslice_output(claim_templates_command(namespaces, slices), env)
+    return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+def chart_claim_templates(objects: Objects) -> Objects:
+    """The chart's ResourceClaimTemplates less the labels only the chart adds."""
+    kept = []
+    for claim in of_kind(objects, "ResourceClaimTemplate"):
+        claim = copy_of(claim)
+        claim["metadata"]["labels"] = {"app.kubernetes.io/part-of": "castslice"}
+        kept.append(claim)
+    return kept
+
+
+# A bad value and what the refusal must name; the schema checks what the environment would.
+REFUSED = [
+    ({"backend": "mig"}, "/backend"),
+    ({"slicesPerGpu": 0}, "/slicesPerGpu"),
+    ({"slicesPerGpu": "4"}, "/slicesPerGpu"),
+    ({"sharingDegrees": [1]}, "/sharingDegrees/0"),
+    ({"sharingDegrees": [4, 4]}, "/sharingDegrees"),
+    ({"sharingStrategy": "mig"}, "/sharingStrategy"),
+    ({"gpuResource": "gpu"}, "/gpuResource"),
+    ({"gpuResource": "kubernetes.io/gpu"}, "/gpuResource"),
+    ({"sharedResource": "Example.com/gpu"}, "/sharedResource"),
+    ({"presets": {"dev": 0}}, "/presets/dev"),
+    # The library reports the location of a bad property name oddly, but names the name.
+    ({"presets": {"a=b": 1}}, "'a=b'"),
+    ({"defaultSlices": 1_000_001}, "/defaultSlices"),
+    ({"maxSliceRatio": 0}, "/maxSliceRatio"),
+    ({"pathToken": "short"}, "/pathToken"),
+    ({"draDeviceClass": "GPU Class"}, "/draDeviceClass"),
+    ({"draGpuMemory": "lots"}, "/draGpuMemory"),
+    ({"draCapacity": "9shares"}, "/draCapacity"),
+    ({"claimTemplates": {"namespaces": ["Research"]}}, "/claimTemplates/namespaces/0"),
+    ({"metrics": {"enabled": "yes"}}, "/metrics/enabled"),
+    ({"metrics": {"port": 8443}}, "/metrics/port"),
+    ({"replicas": 0}, "/replicas"),
+    ({"slicesPerGPU": 4}, "slicesPerGPU"),
+    ({"tls": {"source": "vault"}}, "/tls/source"),
+    ({"tls": {"source": "secret"}}, "/tls/secretName"),
+    ({"tls": {"source": "secret", "secretName": "x", "caBundle": "no"}}, "/tls/caBundle"),
+    ({"tls": {"certManager": {"issuerRef": {"name": "corp"}}}}, "/tls/certManager/issuerRef"),
+]
+
+
+@pytest.mark.parametrize(("values", "named"), REFUSED, ids=lambda v: json.dumps(v))
+def test_a_bad_value_is_refused_with_its_name(
+    helm: Path, tmp_path: Path, values: dict[str, Any], named: str
+) -> None:
+    error = template_error(helm, tmp_path, values)
+    assert "values don't meet the specifications of the schema" in error
+    assert named in error
+
+
+def test_a_policy_without_its_registration_is_refused(helm: Path, tmp_path: Path) -> None:
+    error = template_error(helm, tmp_path, {"policy": POLICY})
+    assert "policyRegistration was not written for this policy" in error
+    assert "castslice webhook --helm-values --policy FILE" in error
+
+
+def test_a_registration_written_for_another_policy_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = policy_values(tmp_path)
+    values["policy"] = POLICY.replace("research", "science")
+    error = template_error(helm, tmp_path, values)
+    assert "policyRegistration was not written for this policy" in error
+
+
+def test_a_registration_written_for_another_gpu_resource_is_refused(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = {**policy_values(tmp_path), "gpuResource": "example.com/tpu"}
+    error = template_error(helm, tmp_path, values)
+    assert 'written for gpuResource "nvidia.com/gpu", not "example.com/tpu"' in error
+
+
+def test_a_policy_changes_the_pods_and_the_registration(helm: Path, tmp_path: Path) -> None:
+    plain = template(helm, tmp_path, {})
+    enrolled = template(helm, tmp_path, policy_values(tmp_path))
+    hashes = [
+        only(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        for objects in (plain, enrolled)
+    ]
+    assert (
+        hashes[0]["castslice.castops.io/policy-sha256"]
+        != hashes[1]["castslice.castops.io/policy-sha256"]
+    )
+    names = [
+        [
+            c["name"]
+            for c in only(o, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"]
+        ]
+        for o in (plain, enrolled)
+    ]
+    assert names == [
+        ["opted-in", "not-a-mirror-pod"],
+        ["not-opted-out", "opted-in-or-enrolled", "not-a-mirror-pod"],
+    ]
+
+
+def test_an_existing_issuer_signs_the_serving_certificate(helm: Path, tmp_path: Path) -> None:
+    issuer = {"kind": "ClusterIssuer", "name": "corporate-ca"}
+    objects = template(helm, tmp_path, {"tls": {"certManager": {"issuerRef": issuer}}})
+    assert of_kind(objects, "Issuer") == []
+    (certificate,) = of_kind(objects, "Certificate")
+    assert certificate["spec"]["issuerRef"] == issuer
+    assert certificate["spec"]["dnsNames"] == [
+        "castslice.castslice.svc",
+        "castslice.castslice.svc.cluster.local",
+    ]
+
+
+def test_notes_name_the_next_step(helm: Path, tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text("{}\n")
+    result = run_helm(
+        helm,
+        "install",
+        "castslice",
+        str(CHART),
+        "-n",
+        "castslice",
+        "--dry-run=client",
+        "-f",
+        str(path),
+    )
+    assert "castslice doctor --name castslice" in result.stdout
+
+
+class TestDefaults:
+    """The chart with its default values, as `helm install` would apply it."""
+
+    @pytest.fixture
+    def objects(self, defaults: Objects) -> Objects:
+        return defaults
+
+    @pytest.fixture
+    def pod_spec(self, objects: Objects) -> dict[str, Any]:
+        return only(objects, "Deployment")["spec"]["template"]["spec"]
+
+    def test_everything_namespaced_lives_in_the_namespace_the_webhook_skips(
+        self, objects: Objects
+    ) -> None:
+        hook = only(objects, "MutatingWebhookConfiguration")
+        for webhook in hook["webhooks"]:
+            assert "castslice" in webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        for obj in objects:
+            if obj["kind"] != "MutatingWebhookConfiguration":
+                assert obj["metadata"]["namespace"] == "castslice", obj["metadata"]["name"]
+
+    def test_two_replicas_and_a_disruption_budget_that_keeps_one(self, objects: Objects) -> None:
+        deployment = only(objects, "Deployment")
+        budget = only(objects, "PodDisruptionBudget")
+        assert deployment["spec"]["replicas"] >= 2
+        assert budget["spec"]["minAvailable"] >= 1
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert only(objects, "Service")["spec"]["selector"].items() <= pod_labels.items()
+
+    def test_pods_are_restricted(self, pod_spec: dict[str, Any]) -> None:
+        assert_restricted(pod_spec)
+        assert pod_spec["automountServiceAccountToken"] is False
+        assert pod_spec["enableServiceLinks"] is False
+
+    def test_runs_under_its_own_service_account(
+        self, objects: Objects, pod_spec: dict[str, Any]
+    ) -> None:
+        account = only(objects, "ServiceAccount")
+        assert pod_spec["serviceAccountName"] == account["metadata"]["name"]
+        assert account["automountServiceAccountToken"] is False
+
+    def test_resource_requests_are_set(self, pod_spec: dict[str, Any]) -> None:
+        for container in containers(pod_spec):
+            assert {"cpu", "memory"} <= container["resources"]["requests"].keys()
+            assert "memory" in container["resources"]["limits"]
+
+    def test_probes_ask_the_health_endpoint_over_https(self, pod_spec: dict[str, Any]) -> None:
+        container = pod_spec["containers"][0]
+        port_names = {port["name"] for port in container["ports"]}
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            check = container[probe]["httpGet"]
+            assert check["scheme"] == "HTTPS"
+            assert check["path"] == "/healthz"
+            assert check["port"] in port_names
+
+    def test_the_container_runs_the_tls_server_on_the_image(self, pod_spec: dict[str, Any]) -> None:
+        container = pod_spec["containers"][0]
+        assert container["image"] == f"{SAMPLE_REPOSITORY}:{__version__}"
+        assert container["command"] == ["gunicorn", "--config=python:castslice.tls"]
+        assert "args" not in container  # castslice/tls.py holds every setting
+        (https,) = [port for port in container["ports"] if port["name"] == "https"]
+        assert castslice.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
+
+    def test_the_cert_manager_secret_is_mounted_where_the_tls_server_reads_it(
+        self, objects: Objects, pod_spec: dict[str, Any]
+    ) -> None:
+        mounts = {m["name"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod_spec["volumes"]}
+        serving = next(
+            cert for cert in of_kind(objects, "Certificate") if not cert["spec"].get("isCA")
+        )
+        (tls,) = [v for v in volumes.values() if "secret" in v]
+        assert tls["secret"]["secretName"] == serving["spec"]["secretName"]
+        directory = mounts[tls["name"]]["mountPath"]
+        assert castslice.tls.certfile == f"{directory}/tls.crt"
+        assert castslice.tls.keyfile == f"{directory}/tls.key"
+        # The root filesystem is read-only; gunicorn writes its heartbeat files to /tmp.
+        assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m["mountPath"] == "/tmp")]
+
+    def test_the_serving_certificate_is_signed_by_a_ca_that_survives_its_renewal(
+        self, objects: Objects
+    ) -> None:
+        issuers = {issuer["metadata"]["name"]: issuer for issuer in of_kind(objects, "Issuer")}
+        certificates = {cert["metadata"]["name"]: cert for cert in of_kind(objects, "Certificate")}
+        serving = certificates["castslice-serving"]["spec"]
+        ca_issuer = issuers[serving["issuerRef"]["name"]]["spec"]["ca"]
+        ca = next(c["spec"] for c in certificates.values() if c["spec"].get("isCA"))
+        assert ca_issuer["secretName"] == ca["secretName"]
+        assert serving["privateKey"]["rotationPolicy"] == "Always"
+        assert "server auth" in serving["usages"]
+
+
+class TestMetrics:
+    """metrics.enabled and metrics.podMonitor.enabled, the port left at its default."""
+
+    @pytest.fixture
+    def objects(self, helm: Path, tmp_path: Path) -> Objects:
+        metrics = {"enabled": True, "podMonitor": {"enabled": True}}
+        return template(helm, tmp_path, {"metrics": metrics})
+
+    @pytest.fixture
+    def container(self, objects: Objects) -> dict[str, Any]:
+        return only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+    def test_off_by_default(self, defaults: Objects) -> None:
+        objects = defaults
+        container = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        assert "PodMonitor" not in {obj["kind"] for obj in objects}
+        assert [port["name"] for port in container["ports"]] == ["https"]
+        assert container_environment(objects, container)["CASTSLICE_METRICS"] == "false"
+
+    def test_metrics_are_on_and_served_on_the_named_port(
+        self, objects: Objects, container: dict[str, Any]
+    ) -> None:
+        environment = container_environment(objects, container)
+        assert environment["CASTSLICE_METRICS"] == "true"
+        (metrics,) = [port for port in container["ports"] if port["name"] == "metrics"]
+        assert metrics == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+        assert environment["CASTSLICE_METRICS_PORT"] == str(metrics["containerPort"])
+        # The webhook port is untouched.
+        assert {port["name"] for port in container["ports"]} == {"https", "metrics"}
+
+    def test_the_pod_monitor_scrapes_that_port_of_the_castslice_pods(
+        self, objects: Objects
+    ) -> None:
+        monitor = only(objects, "PodMonitor")
+        deployment = only(objects, "Deployment")
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        # No namespaceSelector: Prometheus looks in the PodMonitor's own namespace.
+        assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        assert "namespaceSelector" not in monitor["spec"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert monitor["spec"]["podMetricsEndpoints"] == [
+            {"port": "metrics", "path": "/metrics", "scheme": "http"}
+        ]
+
+    def test_no_service_exposes_the_metrics_port(self, objects: Objects) -> None:
+        (service,) = [obj for obj in of_kind(objects, "Service") if obj["apiVersion"] == "v1"]
+        assert [port["targetPort"] for port in service["spec"]["ports"]] == ["https"]
+
+    @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+    def test_built_in_kinds_still_match_the_kubernetes_schemas(
+        self, objects: Objects, version: str
+    ) -> None:
+        for obj in built_in(objects):
+            kubernetes_validate.validate(obj, version, strict=True)
+        assert_restricted(only(objects, "Deployment")["spec"]["template"]["spec"])
+
+
+def test_the_registration_differs_from_the_shared_settings_only_in_client_config(
+    defaults: Objects,
+) -> None:
+    objects = defaults
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    ours = comparable(configuration, secret=False, namespace="castslice")
+    assert without_client_config(ours) == without_client_config(
+        yaml.safe_load(SHARED_WEBHOOK.read_text())
+    )
+    assert_webhook_contract(configuration)
+
+
+def test_the_registration_calls_the_service_and_gets_its_ca_from_cert_manager(
+    defaults: Objects,
+) -> None:
+    objects = defaults
+    configuration = only(objects, "MutatingWebhookConfiguration")
+    service = only(objects, "Service")
+    for webhook in configuration["webhooks"]:
+        # caBundle is injected by cert-manager; url would bypass the Service.
+        assert webhook["clientConfig"] == {
+            "service": {
+                "name": service["metadata"]["name"],
+                "namespace": service["metadata"]["namespace"],
+                "path": "/",
+                "port": service["spec"]["ports"][0]["port"],
+            }
+        }
+
+    source = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    namespace, _, name = source.partition("/")
+    certificate = next(
+        cert
+        for cert in of_kind(objects, "Certificate")
+        if (cert["metadata"]["namespace"], cert["metadata"]["name"]) == (namespace, name)
+    )
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in certificate["spec"]["dnsNames"]
+
+
+def test_every_setting_other_than_its_default_reaches_the_application(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = {
+        "backend": "nvidia",
+        "slicesPerGpu": 8,
+        "sharingDegrees": [8, 2],
+        "sharingStrategy": "mps",
+        "sharedResource": "example.com/gpu-slice",
+        "gpuResource": "example.com/gpu",
+        "presets": {"training": 8, "inference": None, "notebook": 3},
+        "defaultSlices": 2,
+        "maxSliceRatio": 1_000_000,
+        "pathToken": SAMPLE_TOKEN,
+        "metrics": {"enabled": True, "port": 9191},
+    }
+    objects = template(helm, tmp_path, values)
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
+    loaded = load_config(environment)
+    assert loaded == Config(
+        shared_resource="example.com/gpu-slice",
+        gpu_resource="example.com/gpu",
+        presets={"training": 8, "batch": 2, "dev": 1, "notebook": 3},
+        default_slices=2,
+        max_slice_ratio=1_000_000,
+        path_token=SAMPLE_TOKEN,
+        backend="nvidia",
+        slices_per_gpu=8,
+        sharing_degrees=(2, 8),
+        sharing_strategy="mps",
+        metrics=True,
+        metrics_port=9191,
+    )
+    default = Config()
+    for field in dataclasses.fields(Config):
+        if field.name != "policy":
+            assert getattr(loaded, field.name) != getattr(default, field.name), field.name

@@ -1,0 +1,246 @@
+"""charts/castslice installed, upgraded and uninstalled with the real helm on the real API server.
+
+cert-manager's CRDs come from its release module (tests/helm); cert-manager itself does
+not run here, so no certificate is issued and the Deployment's Pods run only as KWOK
+plays them. What is checked is what the API server decides: every object of the
+release accepted and stored as written, an upgrade changing only the objects and
+fields its values change, and an uninstall leaving nothing, the registration gone
+before the Deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm import (
+    CHART,
+    HelmUnavailable,
+    castslice_output,
+    cert_manager_crds,
+    run_helm,
+    values_file,
+)
+
+from .conftest import missing
+from .kubectl import Kubectl
+from .tools import MissingTool
+
+RELEASE = "gpu-share"
+FULLNAME = "gpu-share-castslice"
+Objects = list[dict[str, Any]]
+# Written by the API server or by controllers, never by the chart.
+_SERVER_METADATA = (
+    "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields",
+)  # fmt: skip
+_POLICY = "rules: [{name: research, namespaces: [research], optimize: true, workloadType: dev}]\n"
+
+
+@pytest.fixture(scope="module")
+def cert_manager(kubectl_user: Kubectl) -> None:
+    """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
+    try:
+        crds = cert_manager_crds()
+    except HelmUnavailable as error:
+        missing(MissingTool(str(error)))
+    for crd in crds:
+        kubectl_user.run("apply", "--server-side", "-f", str(crd))
+    kubectl_user.run(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def release_namespace(kubectl_user: Kubectl) -> Iterator[str]:
+    name = f"chart-{uuid.uuid4().hex[:8]}"
+    yield name
+    kubectl_user.run("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+def helm_user(helm: Path, kubectl_user: Kubectl, tmp: Path, *args: str) -> str:
+    """helm as a user runs it against the cluster, its settings under `tmp`."""
+    env = {
+        "KUBECONFIG": str(kubectl_user.kubeconfig),
+        "HELM_CONFIG_HOME": str(tmp / "config"),
+        "HELM_CACHE_HOME": str(tmp / "cache"),
+        "HELM_DATA_HOME": str(tmp / "data"),
+    }
+    return run_helm(helm, *args, env=env).stdout
+
+
+def server_copies(kubectl_user: Kubectl, manifest: Path) -> dict[str, dict[str, Any]]:
+    """The server's copy of each object in `manifest`, by kind/namespace/name."""
+    listed = json.loads(kubectl_user.run("get", "-f", str(manifest), "-o", "json").stdout)
+    return {key(obj): obj for obj in listed["items"]}
+
+
+def key(obj: dict[str, Any]) -> str:
+    metadata = obj["metadata"]
+    return f"{obj['kind']}/{metadata.get('namespace', '')}/{metadata['name']}"
+
+
+def written(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a user or the chart sets: no status, no fields the server stamps."""
+    metadata = {k: v for k, v in obj["metadata"].items() if k not in _SERVER_METADATA}
+    annotations = {
+        k: v
+        for k, v in metadata.get("annotations", {}).items()
+        if k != "deployment.kubernetes.io/revision"
+    }
+    metadata.pop("annotations", None)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
+
+
+def assert_stored_as_written(chart: Any, stored: Any, where: str = "") -> None:
+    """Every field the chart wrote is on the server with the same value (the server may add)."""
+    if isinstance(chart, dict):
+        assert isinstance(stored, dict), where
+        for field, value in chart.items():
+            assert field in stored, f"{where}.{field} was dropped"
+            assert_stored_as_written(value, stored[field], f"{where}.{field}")
+    elif isinstance(chart, list):
+        assert isinstance(stored, list) and len(stored) == len(chart), where
+        for index, (a, b) in enumerate(zip(chart, stored, strict=True)):
+            assert_stored_as_written(a, b, f"{where}[{index}]")
+    else:
+        assert chart == stored, f"{where}: wrote {chart!r}, stored {stored!r}"
+
+
+def manifest_of(helm: Path, kubectl_user: Kubectl, tmp: Path, namespace: str) -> Path:
+    path = tmp / f"manifest-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(helm_user(helm, kubectl_user, tmp, "get", "manifest", RELEASE, "-n", namespace))
+    return path
+
+
+def documents(path: Path) -> Objects:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def test_install_upgrade_and_uninstall(
+    helm: Path,
+    cert_manager: None,
+    kubectl_user: Kubectl,
+    release_namespace: str,
+    tmp_path: Path,
+) -> None:
+    namespace = release_namespace
+    first = values_file(tmp_path, {"replicas": 2}, "first.yaml")
+    helm_user(
+        helm, kubectl_user, tmp_path,
+        "install", RELEASE, str(CHART), "-n", namespace, "--create-namespace", "-f", str(first),
+    )  # fmt: skip
+
+    # Installed: every object accepted and stored as the chart wrote it.
+    installed_manifest = manifest_of(helm, kubectl_user, tmp_path, namespace)
+    installed = server_copies(kubectl_user, installed_manifest)
+    chart_objects = {key(obj): obj for obj in documents(installed_manifest)}
+    assert set(installed) == set(chart_objects)
+    assert {k.split("/")[0] for k in installed} >= {
+        "Issuer", "Certificate", "Deployment", "MutatingWebhookConfiguration", "Service",
+        "ServiceAccount", "ConfigMap", "PodDisruptionBudget",
+    }  # fmt: skip
+    for name, obj in chart_objects.items():
+        assert_stored_as_written(obj, installed[name], name)
+
+    # Upgraded: more slices per GPU, a replica more and an enrolment policy.
+    (tmp_path / "policy.yaml").write_text(_POLICY)
+    generated = yaml.safe_load(
+        castslice_output(["webhook", "--helm-values", "--policy", str(tmp_path / "policy.yaml")])
+    )
+    second = values_file(tmp_path, {"replicas": 3, "slicesPerGpu": 8, **generated}, "second.yaml")
+    helm_user(
+        helm, kubectl_user, tmp_path, "upgrade", RELEASE, str(CHART), "-n", namespace,
+        "-f", str(second),
+    )  # fmt: skip
+    upgraded_manifest = manifest_of(helm, kubectl_user, tmp_path, namespace)
+    upgraded = server_copies(kubectl_user, upgraded_manifest)
+    for name, obj in {key(o): o for o in documents(upgraded_manifest)}.items():
+        assert_stored_as_written(obj, upgraded[name], name)
+    assert set(upgraded) == set(installed)
+    changed = {name for name in installed if written(installed[name]) != written(upgraded[name])}
+    assert changed == {
+        f"ConfigMap/{namespace}/{FULLNAME}-config",
+        f"ConfigMap/{namespace}/{FULLNAME}-policy",
+        f"Deployment/{namespace}/{FULLNAME}",
+        f"MutatingWebhookConfiguration//{FULLNAME}",
+    }
+    settings = [installed, upgraded]
+    config = [s[f"ConfigMap/{namespace}/{FULLNAME}-config"]["data"] for s in settings]
+    assert {k for k in config[0] if config[0][k] != config[1].get(k)} == {
+        "CASTSLICE_SLICES_PER_GPU"
+    }
+    assert config[1]["CASTSLICE_SLICES_PER_GPU"] == "8"
+    deployments = [written(s[f"Deployment/{namespace}/{FULLNAME}"]) for s in settings]
+    assert [d["spec"]["replicas"] for d in deployments] == [2, 3]
+    annotations = [d["spec"]["template"]["metadata"]["annotations"] for d in deployments]
+    assert annotations[0].keys() == annotations[1].keys()
+    assert all(annotations[0][k] != annotations[1][k] for k in annotations[0])
+    for deployment in deployments:
+        del deployment["spec"]["replicas"], deployment["spec"]["template"]["metadata"]
+    assert deployments[0] == deployments[1]
+    hooks = [s[f"MutatingWebhookConfiguration//{FULLNAME}"] for s in settings]
+    assert (
+        hooks[1]["webhooks"][0]["matchConditions"]
+        == (generated["policyRegistration"]["podMatchConditions"])
+    )
+    assert (
+        hooks[1]["metadata"]["annotations"]["castslice.castops.io/policy"]
+        == (generated["policyRegistration"]["annotation"])
+    )
+    assert hooks[0]["webhooks"][1] == hooks[1]["webhooks"][1]
+
+    # Uninstalled: nothing of the release left, the registration deleted before the Deployment.
+    # The server's list (kubectl's own lists carry no resourceVersion): where to replay from.
+    now = kubectl_user.run("get", "--raw", f"/apis/{_GROUP_VERSION['deployments']}/deployments")
+    since = json.loads(now.stdout)["metadata"]["resourceVersion"]
+    helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", namespace, "--wait")
+    left = kubectl_user.run("get", "-f", str(upgraded_manifest), "--ignore-not-found", "-o", "name")
+    assert left.stdout.strip() == ""
+    releases = kubectl_user.run(
+        "get", "secrets", "-n", namespace, "-l", "owner=helm", "-o", "name"
+    )  # fmt: skip
+    assert releases.stdout.strip() == ""
+    deleted = {
+        kind: deletion_revision(kubectl_user, kind, name, namespace, since)
+        for kind, name in (
+            ("mutatingwebhookconfigurations", FULLNAME),
+            ("deployments", FULLNAME),
+        )
+    }
+    # One etcd stores every object here: its revisions order the two deletions.
+    assert deleted["mutatingwebhookconfigurations"] < deleted["deployments"]
+
+
+def deletion_revision(
+    kubectl_user: Kubectl, resource: str, name: str, namespace: str, since: str
+) -> int:
+    """The resourceVersion of the watch event that deleted `name`, replayed from `since`."""
+    args = [
+        "get", "--raw",
+        f"/apis/{_GROUP_VERSION[resource]}"
+        + ("" if resource == "mutatingwebhookconfigurations" else f"/namespaces/{namespace}")
+        + f"/{resource}?watch=1&resourceVersion={since}&fieldSelector=metadata.name%3D{name}"
+        "&timeoutSeconds=2",
+    ]  # fmt: skip
+    events = [json.loads(line) for line in kubectl_user.run(*args).stdout.splitlines() if line]
+    (revision,) = [
+        int(event["object"]["metadata"]["resourceVersion"])
+        for event in events
+        if event["type"] == "DELETED"
+    ]
+    return revision
+
+
+_GROUP_VERSION = {
+    "mutatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
+    "deployments": "apps/v1",
+}

@@ -1,0 +1,179 @@
+"""The helm CLI, built from its Go module (build.sh), and the chart rendered and installed with it.
+
+Plain functions (no fixtures), shared by tests/deploy and the end-to-end suite.
+A missing Go skips the tests that need helm, except in CI (CI=true), where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "castslice"
+BUILD_SCRIPT = Path(__file__).with_name("build.sh")
+VERSION_FILE = Path(__file__).with_name("helm.version")
+
+Objects = list[dict[str, Any]]
+
+
+class HelmUnavailable(RuntimeError):
+    """helm could not be built here; the message says what is missing."""
+
+
+class HelmFailed(AssertionError):
+    """helm exited non-zero; the message is its standard error."""
+
+
+def helm_binary() -> Path:
+    """The helm binary, built on first use (minutes) and cached by version."""
+    if shutil.which("go") is None and not _cached():
+        raise HelmUnavailable(
+            "go not found; helm is built from its Go module helm.sh/helm/v4: https://go.dev/dl/"
+        )
+    result = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.splitlines()[-30:])
+        raise HelmUnavailable(f"{BUILD_SCRIPT} failed with status {result.returncode}:\n{tail}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def _cached() -> bool:
+    root = os.environ.get("CASTSLICE_HELM_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "castslice"
+    )
+    return (Path(root) / f"helm-{VERSION_FILE.read_text().strip()}" / "helm").is_file()
+
+
+def run_helm(
+    helm: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """helm with `args`, its own settings kept out of the user's home."""
+    environment = {**os.environ, **(env or {})}
+    result = subprocess.run(
+        [str(helm), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        timeout=300,
+    )
+    if check and result.returncode != 0:
+        raise HelmFailed(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def values_file(directory: Path, values: Mapping[str, Any], name: str = "values.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(dict(values), sort_keys=False))
+    return path
+
+
+def template_args(
+    values: Path,
+    *,
+    release: str = "castslice",
+    namespace: str = "castslice",
+    kube_version: str | None = None,
+) -> list[str]:
+    args = ["template", release, str(CHART), "--namespace", namespace, "-f", str(values)]
+    if kube_version is not None:
+        args += ["--kube-version", kube_version]
+    return args
+
+
+def template(
+    helm: Path,
+    directory: Path,
+    values: Mapping[str, Any],
+    *,
+    release: str = "castslice",
+    namespace: str = "castslice",
+    kube_version: str | None = None,
+) -> Objects:
+    """`helm template` of the chart with `values`: the objects it would install."""
+    path = values_file(directory, values)
+    result = run_helm(
+        helm,
+        *template_args(path, release=release, namespace=namespace, kube_version=kube_version),
+    )
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def template_error(helm: Path, directory: Path, values: Mapping[str, Any]) -> str:
+    """What `helm template` says when it refuses `values` (AssertionError if it renders)."""
+    result = run_helm(helm, *template_args(values_file(directory, values)), check=False)
+    if result.returncode == 0:
+        raise AssertionError(f"helm template rendered values it should refuse: {dict(values)}")
+    return result.stderr
+
+
+def castslice_output(
+    args: Sequence[str], env: Mapping[str, str] | None = None, *, cwd: Path = ROOT
+) -> str:
+    """`castslice ARGS` as a user runs it, with `env` added to a CASTSLICE_*-free environment."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "castslice", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**environment, **(env or {})},
+        cwd=cwd,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"castslice {' '.join(args)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def claim_templates_command(namespaces: Sequence[str], slices: Sequence[int]) -> list[str]:
+    """The `castslice claim-templates` arguments that render the chart's claimTemplates.
+
+    The chart's ResourceClaimTemplates must equal this command's output for the same
+    settings, once the dra backend (and this command) exist.
+    """
+    args = ["claim-templates"]
+    for namespace in namespaces:
+        args += ["-n", namespace]
+    return [*args, "--slices", ",".join(str(count) for count in slices)]
+
+
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+CERT_MANAGER_VERSION_FILE = Path(__file__).with_name("cert-manager.version")
+
+
+def cert_manager_crds() -> list[Path]:
+    """cert-manager's CRDs (deploy/crds) from its release module, as Go's module cache holds it.
+
+    `go mod download` fetches the module zip once (the version in cert-manager.version)
+    and prints where it unpacked it; nothing of it is kept in this repository.
+    """
+    version = CERT_MANAGER_VERSION_FILE.read_text().strip()
+    if shutil.which("go") is None:
+        raise HelmUnavailable("go not found; cert-manager's CRDs come from its Go module")
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{CERT_MANAGER_MODULE}@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        env={**os.environ, "GOFLAGS": ""},
+        timeout=600,
+    )
+    if result.returncode != 0:
+        raise HelmUnavailable(f"go mod download {CERT_MANAGER_MODULE}@{version}:\n{result.stdout}")
+    crds = sorted((Path(json.loads(result.stdout)["Dir"]) / "deploy" / "crds").glob("*.yaml"))
+    if not crds:
+        raise HelmUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
+    return crds
