@@ -22,7 +22,9 @@ test: lint unit terraform e2e
 lint: $(VENV)/.installed
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
-	@echo "lint: ruff check and ruff format found nothing"
+	@$(BIN)/lint-imports --no-cache --no-logo >$(VENV)/lint-imports.out || \
+	  { cat $(VENV)/lint-imports.out; exit 1; }
+	@echo "lint: ruff check, ruff format and the import contract found nothing"
 
 unit: $(VENV)/.installed helm
 	$(BIN)/pytest -q --no-header -p no:cacheprovider -m "not terraform" tests --ignore=tests/e2e

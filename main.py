@@ -15,7 +15,8 @@ import functions_framework.aio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from castslice.config import ConfigError, load_config
+from castslice.config import ConfigError
+from castslice.environment import load_config
 from castslice.serving.asgi_face import serve_asgi
 from castslice.serving.core import Webhook
 from castslice.serving.flask_face import not_found_page, serve_flask

@@ -36,7 +36,7 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from castslice.config import load_config
+from castslice.environment import load_config
 from castslice.registration import POD_WEBHOOK
 from tests.e2e import apiserver_metrics, burst, tools
 from tests.e2e.castslice_server import CastSliceServer

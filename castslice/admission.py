@@ -10,51 +10,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from fractions import Fraction
-
-import msgspec
 
 from .backends import Backend, Placement, backend_for
 from .config import Config
-from .enrolment import by_annotation, decide
-from .kube import Pod, PodSpec
+from .contract import APPLIED, DecisionRecord
+from .enrolment import by_annotation, decide, rule_decision
+from .kube import Pod
+from .outcome import Outcome
 from .patch import (
     GpuContainer,
-    PatchOperation,
-    absent_labels_operations,
     annotation_operations,
     asked_quantity,
     gpu_containers,
-    node_selector_operations,
-    required_node_terms,
-    resource_operations,
 )
-from .review import POD_KIND, AdmissionRequest, AdmissionResponse, allowed, patched
-from .slices import clip, is_mirror_pod, resolve_slices, shorten
-from .workloads import check_workload, template_path
-
-APPLIED = "castslice.castops.io/applied"
-_POD = POD_KIND
-_record_encoder = msgspec.json.Encoder()
+from .review import POD_KIND, AdmissionRequest, allowed, patched
+from .slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
+from .workloads import check_workload, is_workload
 
 
-# A Struct, not a NamedTuple: one is built per review, and a Struct is built in C.
-class Outcome(msgspec.Struct, frozen=True):
-    """A response and what the log line says about it."""
-
-    response: AdmissionResponse
-    decision: str
-    reason: str | None = None
-    slices: int | None = None
-    source: str | None = None
-    backend: str | None = None
-    containers_changed: int = 0
-    # What was reviewed, for the log line: "pod", or a workload's kind ("deployment").
-    subject: str = "pod"
-
-
-class PodAdmission:
-    """Decides on Pod reviews for one configuration; safe to share between threads."""
+class Admission:
+    """Decides on reviews of Pods and of workloads for one configuration; safe to share
+    between threads."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -65,7 +41,7 @@ class PodAdmission:
     def review(self, request: AdmissionRequest) -> Outcome:
         """Never denies; patches only opted-in Pods being created, never a workload."""
         kind = request.get("kind")
-        if kind is not None and kind.get("kind") != "Pod" and template_path(kind):
+        if kind is not None and kind.get("kind") != "Pod" and is_workload(kind):
             return self._review_workload(request)
         uid = request["uid"]
         pod: Pod = request.get("object") or {}
@@ -94,7 +70,7 @@ class PodAdmission:
         if reason:
             return Outcome(allowed(uid), "skipped", reason, source=source, backend=backend.name)
 
-        decision = resolve_slices(annotations, config, rule.decision if rule else None)
+        decision = resolve_slices(annotations, config, rule_decision(rule))
         warnings = list(decision.warnings)
         spec = pod.get("spec") or {}
         containers = gpu_containers(spec, config.gpu_resource)
@@ -107,13 +83,12 @@ class PodAdmission:
             )
         outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
 
-        hand_placed = _hand_placed(spec, backend.placement_keys)
+        hand_placed = backend.placed_by_hand(spec)
         if hand_placed:
             warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
             return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
 
         placement = self._place(decision.slices)
-        operations: list[PatchOperation] = []
         original: dict[str, str] = {}
         for container in containers:
             asked = asked_quantity(container, config.gpu_resource)
@@ -121,13 +96,9 @@ class PodAdmission:
             warning = _less_than_asked(container, asked, placement, config.gpu_resource)
             if warning:
                 warnings.append(warning)
-            operations += resource_operations(
-                container, config.gpu_resource, placement.resource, placement.quantity
-            )
-        operations += node_selector_operations(spec, placement.node_selector)
-        operations += absent_labels_operations(spec, placement.absent_node_labels)
-        record = _record_encoder.encode({**outcome, "original": original}).decode()
-        operations += annotation_operations(metadata, {APPLIED: record})
+        operations = backend.pod_operations(spec, containers, placement)
+        record = DecisionRecord(decision.slices, decision.source, backend.name, original)
+        operations += annotation_operations(metadata, {APPLIED: record.encode()})
         audit = {
             "slices": str(decision.slices),
             "slice-source": decision.source,
@@ -158,7 +129,7 @@ class PodAdmission:
 def _not_a_pod_create(request: AdmissionRequest) -> str | None:
     if request.get("operation") != "CREATE":
         return "not a CREATE"
-    if request.get("kind") != _POD or request.get("subResource"):
+    if request.get("kind") != POD_KIND or request.get("subResource"):
         return "not a core/v1 Pod"
     return None
 
@@ -171,19 +142,6 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
     return None
 
 
-def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
-    """Where the Pod already names one of the backend's placement labels, if it does."""
-    selector = spec.get("nodeSelector") or {}
-    for key in keys:
-        if key in selector:
-            return f"nodeSelector {key}"
-    for term in required_node_terms(spec):
-        for expression in term.get("matchExpressions") or ():
-            if expression.get("key") in keys:
-                return f"node affinity on {expression['key']}"
-    return None
-
-
 def _less_than_asked(
     container: GpuContainer, asked: str, placement: Placement, gpu: str
 ) -> str | None:
@@ -192,11 +150,5 @@ def _less_than_asked(
         return None
     return clip(
         f"container {shorten(container.name)} asked for {asked} {gpu}; "
-        f"castslice gives it {_share(placement.gpus)}"
+        f"castslice gives it {share_text(placement.gpus)}"
     )
-
-
-def _share(gpus: Fraction) -> str:
-    if gpus.denominator == 1:
-        return f"{gpus.numerator} GPU" + ("s" if gpus > 1 else "")
-    return f"{gpus.numerator}/{gpus.denominator} of a GPU"

@@ -1,17 +1,20 @@
-"""Small builders of CEL (Common Expression Language) text, as the API server's
-matchConditions read it.
+"""Small builders of CEL (Common Expression Language) text: the registration's
+matchConditions and every expression of policy mode are made of these.
 
 Each builder returns an expression that is safe to use as an operand of any
 other: compound results come in parentheses, and the constants `true` and
 `false` are folded away, so a rule that matches everything adds no text.
-Every map lookup is guarded with has(): a matchCondition that errors makes the
-API server skip the webhook, which must only happen by decision.
+Values from the configuration only ever enter CEL through `string` or
+`literal`, so a preset or resource name can never change an expression's
+meaning. Every map lookup in a matchCondition is guarded with has(): one that
+errors makes the API server skip the webhook, which must only happen by decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+Expr = str
 TRUE = "true"
 FALSE = "false"
 
@@ -36,6 +39,21 @@ def string(value: str) -> str:
 
 def string_list(values: Iterable[str]) -> str:
     return "[" + ", ".join(string(value) for value in values) + "]"
+
+
+def literal(value: object) -> Expr:
+    """A CEL literal for a string, int, bool, list or string-keyed map of those."""
+    if isinstance(value, bool):
+        return TRUE if value else FALSE
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return string(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{string(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(literal(item) for item in value) + "]"
+    raise TypeError(f"no CEL literal for {type(value).__name__}")
 
 
 def all_of(terms: Iterable[str], *, separator: str = " ") -> str:
@@ -182,3 +200,54 @@ def unwrap(expression: str) -> str:
     if _is_group(expression):
         return expression[1:-1]
     return expression
+
+
+# Policy mode: variables, choices and the JSON Patch of a MutatingAdmissionPolicy ------------
+
+
+def variable(name: str) -> Expr:
+    """A policy variable (spec.variables), as other expressions of the policy read it."""
+    return f"variables.{name}"
+
+
+def if_else(condition: Expr, then: Expr, otherwise: Expr) -> Expr:
+    return f"({condition} ? {then} : {otherwise})"
+
+
+def concat(parts: Iterable[Expr]) -> Expr:
+    """`a + b + c`: strings joined, or lists appended; one part stands alone.
+
+    Each part starts a line, so a long expression reads part by part in the YAML.
+    """
+    parts = list(parts)
+    return parts[0] if len(parts) == 1 else "(" + " +\n".join(parts) + ")"
+
+
+def let(name: str, value: Expr, body: Expr) -> Expr:
+    """`body` with `name` bound to `value`, evaluated once.
+
+    The API server's CEL has no `cel.bind`; a one-element list mapped over is
+    the same thing inside a comprehension, where policy variables cannot help.
+    """
+    return f"[{value}].map({name}, {body})[0]"
+
+
+def optional_map(value: Expr) -> Expr:
+    """`value` (an optional map, e.g. `x.?annotations`) or an empty map when it is absent."""
+    return f"{value}.orValue({{}})"
+
+
+def clip(text: Expr, limit: int) -> Expr:
+    """CEL for slices.clip: at most `limit` characters, `...` marking a cut."""
+    return let(
+        "t",
+        text,
+        f"size(t) <= {limit} ? t : t.substring(0, {limit - 3}) + {string('...')}",
+    )
+
+
+def jsonpatch(op: str, path: Expr, value: Expr | None = None) -> Expr:
+    fields = f"op: {string(op)}, path: {path}"
+    if value is not None:
+        fields += f", value: {value}"
+    return f"JSONPatch{{{fields}}}"

@@ -68,14 +68,3 @@ class Workload(TypedDict, total=False):
 
     metadata: ObjectMeta | None
     spec: WorkloadSpec | None
-
-
-# (group, version, kind) of each workload -> the path of its Pod template.
-WORKLOAD_TEMPLATES: dict[tuple[str, str, str], tuple[str, ...]] = {
-    ("apps", "v1", "Deployment"): ("spec", "template"),
-    ("apps", "v1", "StatefulSet"): ("spec", "template"),
-    ("apps", "v1", "DaemonSet"): ("spec", "template"),
-    ("apps", "v1", "ReplicaSet"): ("spec", "template"),
-    ("batch", "v1", "Job"): ("spec", "template"),
-    ("batch", "v1", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
-}

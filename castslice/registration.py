@@ -1,66 +1,41 @@
 """CastSlice's MutatingWebhookConfiguration, generated from the configuration and its policy.
 
 Two webhooks, one endpoint: `pods.castslice.castops.io` rewrites Pods, and
-`workloads.castslice.castops.io` only warns about annotated workloads. Their
-matchConditions (CEL, evaluated by the API server) decide which requests reach
-the function at all: exactly the Pods the enrolment policy enrols or that are
-annotated, and the workloads that carry CastSlice annotations. Every shipped
-configuration and `castslice webhook` are this module's output.
+`workloads.castslice.castops.io` only warns about annotated workloads. Which
+requests reach the function at all (rules, namespaces, matchConditions) is
+castslice.selection; this module puts the client, the safety settings and the
+recorded policy around it. Every shipped configuration and `castslice webhook`
+are this module's output.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import cel
-from .config import MIN_PATH_TOKEN_LENGTH, Config
-from .enrolment import NamespacePattern, Policy, Requirement, Rule, glob_regex
-from .manifests import dump_yaml
-from .patch import CONTAINER_LISTS
-from .slices import MIRROR, OPTIMIZE
+from .config import Config
+from .contract import DEFAULT_NAMESPACE, POLICY_ANNOTATION
+from .manifest_files import dump_yaml
+from .names import MIN_PATH_TOKEN_LENGTH, is_dns_label, is_dns_subdomain, is_path_token
+from .selection import (
+    RegistrationError,
+    namespace_selector,
+    pod_match_conditions,
+    pod_rules,
+    workload_match_conditions,
+    workload_rules,
+)
 
 Manifest = dict[str, Any]
 
 POD_WEBHOOK = "pods.castslice.castops.io"
 WORKLOAD_WEBHOOK = "workloads.castslice.castops.io"
 DEFAULT_NAME = "castslice"
-DEFAULT_NAMESPACE = "castslice"
-# Never sent to CastSlice, whatever the policy says: the cluster's own machinery.
-SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease")
-# The policy a registration was generated from, as JSON: what the function must run with.
-POLICY_ANNOTATION = "castslice.castops.io/policy"
-ANNOTATION_PREFIX = "castops.io/"
-# The API server accepts at most this many matchConditions per webhook.
-MAX_MATCH_CONDITIONS = 64
-# cel-go's default parser limit on one expression.
-MAX_EXPRESSION_CODE_POINTS = 100_000
 
-WORKLOAD_RESOURCES = {
-    ("apps", "v1"): ("deployments", "statefulsets", "daemonsets", "replicasets"),
-    ("batch", "v1"): ("jobs", "cronjobs"),
-}
-# Where each workload kind keeps the metadata of the Pods it creates.
-POD_TEMPLATE_METADATA = (
-    "object.spec.template.metadata",
-    "object.spec.jobTemplate.spec.template.metadata",
-)
-
-ANNOTATIONS = "object.metadata.annotations"
-LABELS = "object.metadata.labels"
-NAMESPACE = "request.namespace"
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_PATH_TOKEN = re.compile(r"[A-Za-z0-9._~-]+")
-
-
-class RegistrationError(ValueError):
-    """The registration cannot be generated as asked; the message says which input is wrong."""
+__all__ = ["DEFAULT_NAME", "POD_WEBHOOK", "WORKLOAD_WEBHOOK", "RegistrationError"]
 
 
 def webhook_configuration(
@@ -75,9 +50,9 @@ def webhook_configuration(
 ) -> Manifest:
     """The MutatingWebhookConfiguration for `config`, calling `url` or `service`
     (namespace, name, path), with `token` as the last path segment."""
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not is_dns_subdomain(name):
         raise RegistrationError(f"the name {name!r} is not a valid Kubernetes object name")
-    if not _DNS_LABEL.fullmatch(own_namespace):
+    if not is_dns_label(own_namespace):
         raise RegistrationError(f"the namespace {own_namespace!r} is not a valid namespace name")
     client = client_config(url=url, service=service, token=token, ca_bundle=ca_bundle)
     namespaces = namespace_selector(own_namespace)
@@ -100,32 +75,10 @@ def pod_webhook(config: Config, client: Manifest, namespaces: Manifest) -> Manif
     return {
         "name": POD_WEBHOOK,
         **_common_settings(client),
-        "rules": [
-            {
-                "operations": ["CREATE"],
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "scope": "*",
-            }
-        ],
+        "rules": pod_rules(),
         "namespaceSelector": namespaces,
         "matchConditions": pod_match_conditions(config),
     }
-
-
-def workload_rules() -> list[Manifest]:
-    """CREATE and UPDATE of every workload kind that has a Pod template."""
-    return [
-        {
-            "operations": ["CREATE", "UPDATE"],
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "resources": list(resources),
-            "scope": "Namespaced",
-        }
-        for (group, version), resources in WORKLOAD_RESOURCES.items()
-    ]
 
 
 def workload_webhook(client: Manifest, namespaces: Manifest) -> Manifest:
@@ -134,7 +87,7 @@ def workload_webhook(client: Manifest, namespaces: Manifest) -> Manifest:
         **_common_settings(client),
         "rules": workload_rules(),
         "namespaceSelector": namespaces,
-        "matchConditions": [_condition("castslice-annotations", carries_castslice_annotations())],
+        "matchConditions": workload_match_conditions(),
     }
 
 
@@ -151,15 +104,6 @@ def _common_settings(client: Manifest) -> Manifest:
     }
 
 
-def namespace_selector(own_namespace: str) -> Manifest:
-    excluded = list(dict.fromkeys([*SYSTEM_NAMESPACES, own_namespace]))
-    return {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}
-        ]
-    }
-
-
 def client_config(
     *,
     url: str | None = None,
@@ -170,9 +114,7 @@ def client_config(
     """`clientConfig`: a URL or a Service, the path token appended, the CA if one is given."""
     if (url is None) == (service is None):
         raise RegistrationError("give either a URL or a Service, not both or neither")
-    if token is not None and (
-        len(token) < MIN_PATH_TOKEN_LENGTH or not _PATH_TOKEN.fullmatch(token)
-    ):
+    if token is not None and not is_path_token(token):
         raise RegistrationError(
             f"the path token must be at least {MIN_PATH_TOKEN_LENGTH} characters from "
             "A-Z a-z 0-9 . _ ~ -"
@@ -183,7 +125,7 @@ def client_config(
     else:
         assert service is not None
         namespace, service_name, path = service
-        if not _DNS_LABEL.fullmatch(namespace) or not _DNS_LABEL.fullmatch(service_name):
+        if not is_dns_label(namespace) or not is_dns_label(service_name):
             raise RegistrationError(
                 f"the Service {namespace}/{service_name} is not a valid namespace/name"
             )
@@ -221,174 +163,6 @@ def _with_token(path_or_url: str, token: str | None) -> str:
     if token is None:
         return path_or_url
     return path_or_url.rstrip("/") + "/" + token
-
-
-# The Pod webhook's matchConditions -------------------------------------------------
-
-
-def pod_match_conditions(config: Config) -> list[Manifest]:
-    """Only Pods that CastSlice would rewrite, or whose annotations ask for it, are sent.
-
-    Without a policy (or with one that enrols no one) that is the annotated Pods;
-    with one, also the unannotated GPU Pods its first matching rule enrols.
-    Opted-out Pods (`castops.io/optimize: "false"`) and mirror Pods never are.
-    """
-    policy = config.policy
-    if policy is None or not policy.enrols_anyone:
-        conditions = [
-            ("opted-in", opted_in()),
-            ("not-a-mirror-pod", not_a_mirror_pod()),
-        ]
-    else:
-        enrolled = cel.all_of(
-            [requests_gpu(config.gpu_resource), policy_enrols(policy)], separator="\n"
-        )
-        conditions = [
-            ("not-opted-out", not_opted_out()),
-            ("opted-in-or-enrolled", cel.any_of([opted_in(), enrolled], separator="\n")),
-            ("not-a-mirror-pod", not_a_mirror_pod()),
-        ]
-    return [_condition(name, expression) for name, expression in conditions]
-
-
-def _condition(name: str, expression: str) -> Manifest:
-    expression = cel.unwrap(expression)
-    if len(expression) > MAX_EXPRESSION_CODE_POINTS:
-        raise RegistrationError(
-            f"the matchCondition {name} would be {len(expression)} characters, more than the "
-            f"API server's {MAX_EXPRESSION_CODE_POINTS}; use fewer rules or globs"
-        )
-    return {"name": name, "expression": expression}
-
-
-def opted_in() -> str:
-    return cel.value_in(ANNOTATIONS, OPTIMIZE, ["true"])
-
-
-def not_opted_out() -> str:
-    return cel.negate(cel.value_in(ANNOTATIONS, OPTIMIZE, ["false"]))
-
-
-def not_a_mirror_pod() -> str:
-    # The kubelet owns mirror Pods; the API server refuses any change to them.
-    return cel.lacks_key(ANNOTATIONS, MIRROR)
-
-
-def requests_gpu(gpu: str) -> str:
-    """Some container of any kind names `gpu` in its requests or limits."""
-    resources = [f"c.resources.{field}" for field in ("requests", "limits")]
-    names_gpu = cel.all_of(
-        [
-            "has(c.resources)",
-            cel.any_of(cel.all_of([f"has({m})", f"{cel.string(gpu)} in {m}"]) for m in resources),
-        ]
-    )
-    in_kinds = cel.any_of(
-        (
-            cel.all_of(
-                [f"has(object.spec.{kind})", cel.exists(f"object.spec.{kind}", "c", names_gpu)]
-            )
-            for kind in CONTAINER_LISTS
-        ),
-        separator="\n",
-    )
-    return cel.all_of(["has(object.spec)", in_kinds])
-
-
-def policy_enrols(policy: Policy) -> str:
-    """Whether the first rule that matches the Pod enrols it (false when none matches).
-
-    Consecutive rules with the same verdict form one group: `(a || b || rest)`
-    for enrolling rules and `!(c || d) && rest` for excluding ones. Rules after
-    the last enrolling one cannot enrol anyone and are left out.
-    """
-    groups: list[tuple[bool, list[Rule]]] = []
-    for rule in policy.rules:
-        if groups and groups[-1][0] == rule.optimize:
-            groups[-1][1].append(rule)
-        else:
-            groups.append((rule.optimize, [rule]))
-    expression = cel.FALSE
-    for optimize, rules in reversed(groups):
-        matches = [rule_matches(rule) for rule in rules]
-        if optimize:
-            expression = cel.any_of([*matches, expression], separator="\n")
-        else:
-            expression = cel.all_of([cel.negate(cel.any_of(matches)), expression], separator="\n")
-    return expression
-
-
-def rule_matches(rule: Rule) -> str:
-    return cel.all_of(
-        [
-            cel.TRUE if rule.namespaces is None else namespace_matches(rule.namespaces),
-            cel.TRUE if rule.selector is None else selector_matches(rule.selector),
-        ]
-    )
-
-
-def namespace_matches(patterns: Sequence[NamespacePattern]) -> str:
-    """`request.namespace` is one of the names, or matches one of the globs."""
-    names = [pattern.text for pattern in patterns if pattern.regex is None]
-    return cel.any_of(
-        [
-            cel.equals_any(NAMESPACE, names),
-            *(glob_matches(NAMESPACE, pattern.text) for pattern in patterns if pattern.regex),
-        ]
-    )
-
-
-def glob_matches(subject: str, glob: str) -> str:
-    """A shell-style glob as CEL: startsWith/endsWith where a lone `*` allows, else a regex."""
-    stem = glob.strip("*")
-    if not any(char in stem for char in "*?["):
-        if glob == "*" * len(glob):
-            return cel.TRUE
-        if glob.endswith("*") and not glob.startswith("*"):
-            return cel.starts_with(subject, stem)
-        if glob.startswith("*") and not glob.endswith("*"):
-            return cel.ends_with(subject, stem)
-    return cel.matches(subject, glob_regex(glob))
-
-
-def selector_matches(requirements: Iterable[Requirement]) -> str:
-    """A label selector over the Pod's labels, as Kubernetes evaluates it."""
-    return cel.all_of(requirement_matches(requirement) for requirement in requirements)
-
-
-def requirement_matches(requirement: Requirement) -> str:
-    key, operator, values = requirement
-    if operator == "In":
-        return cel.value_in(LABELS, key, values)
-    if operator == "NotIn":
-        # As in Kubernetes, a Pod without the label is "not in" any set of values.
-        return cel.negate(cel.value_in(LABELS, key, values))
-    if operator == "Exists":
-        return cel.has_key(LABELS, key)
-    return cel.lacks_key(LABELS, key)
-
-
-# The workload webhook's matchCondition -----------------------------------------------
-
-
-def carries_castslice_annotations() -> str:
-    """Any `castops.io/` annotation on the workload itself or on the Pods it creates."""
-    prefix = cel.string(ANNOTATION_PREFIX)
-    # The object's own metadata is always there; a Pod template's may not be.
-    places = [("object.metadata", "object.metadata")]
-    places += [(metadata, "object") for metadata in POD_TEMPLATE_METADATA]
-    return cel.any_of(
-        (
-            cel.all_of(
-                [
-                    *cel.has_path_terms(f"{metadata}.annotations", known),
-                    cel.exists(f"{metadata}.annotations", "k", f"k.startsWith({prefix})"),
-                ]
-            )
-            for metadata, known in places
-        ),
-        separator="\n",
-    )
 
 
 # Rendering -----------------------------------------------------------------------------

@@ -5,11 +5,12 @@ Only this module knows the wire format; the policy and the patch never see it.
 
 from __future__ import annotations
 
-from typing import Generic, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from .kube import WORKLOAD_TEMPLATES, Pod, Workload
+from .contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates_at
+from .kube import Pod, PodTemplateSpec, Workload
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -114,34 +115,67 @@ def decode_review(body: bytes) -> AdmissionRequest:
     if not request.get("uid"):
         raise InvalidReview("request.uid is missing or empty")
     object_kind = request.get("kind")
-    # By name first and inline: this runs on every review, and a Pod is settled by its kind.
-    if (
-        object_kind is not None
-        and object_kind.get("kind") in _WORKLOAD_KINDS
-        and is_workload(object_kind)
-    ):
-        return _workload_request(body, request["uid"])
+    # The kind's name first: it settles a Pod without building the tuple.
+    if object_kind is not None and object_kind.get("kind") in WORKLOAD_KIND_NAMES:
+        workload = WORKLOADS.get(
+            (object_kind.get("group"), object_kind.get("version"), object_kind.get("kind"))
+        )
+        if workload is not None:
+            return _workload_request(body, request["uid"], workload)
     return request
 
 
-def is_workload(kind: GroupVersionKind | None) -> bool:
-    """Whether `kind` is a workload with a Pod template (Deployment, Job, CronJob…)."""
-    return kind is not None and (
-        (kind.get("group"), kind.get("version"), kind.get("kind")) in WORKLOAD_TEMPLATES
-    )
-
-
-_WORKLOAD_KINDS = frozenset(kind for _, _, kind in WORKLOAD_TEMPLATES)
-
-
-def _workload_request(body: bytes, uid: str) -> AdmissionRequest[Workload]:
-    # A second pass, down to the Pod template, only for workloads: they are rare, and
+def _workload_request(body: bytes, uid: str, workload: WorkloadKind) -> AdmissionRequest[Workload]:
+    # A second pass, down to the Pod templates, only for workloads: they are rare, and
     # Pods stay a single pass. The envelope was checked by the first one.
+    if any(location.has_wildcards for location in workload.templates):
+        return _templated_request(body, uid, workload)
     try:
         review = _workload_review_decoder.decode(body)
     except msgspec.ValidationError as error:
         raise UnreadableObject(uid, str(error)) from None
     return review["request"]
+
+
+class _AnyObjectRequest(TypedDict, total=False):
+    uid: str
+    kind: GroupVersionKind | None
+    subResource: str | None
+    operation: str | None
+    namespace: str | None
+    name: str | None
+    dryRun: bool | None
+    object: dict[str, Any] | None
+
+
+class _AnyObjectReview(TypedDict, total=False):
+    request: _AnyObjectRequest | None
+
+
+_any_object_decoder = msgspec.json.Decoder(_AnyObjectReview)
+
+
+def _templated_request(body: bytes, uid: str, workload: WorkloadKind) -> AdmissionRequest:
+    """A workload whose templates sit in maps or lists (`*`, `[]` in the table): the object
+    as it came, each Pod template read as a typed template in place."""
+    try:
+        request: Any = _any_object_decoder.decode(body)["request"]
+    except msgspec.ValidationError as error:
+        raise UnreadableObject(uid, str(error)) from None
+    workload_object = request.get("object") or {}
+    for location in workload.templates:
+        for path, template in list(templates_at(workload_object, location)):
+            try:
+                typed = msgspec.convert(template, PodTemplateSpec)
+            except msgspec.ValidationError as error:
+                where = "$.request.object." + ".".join(path)
+                raise UnreadableObject(uid, str(error).replace("`$", f"`{where}")) from None
+            parent: Any = workload_object
+            for key in path[:-1]:
+                parent = parent[int(key)] if isinstance(parent, list) else parent[key]
+            parent[path[-1] if isinstance(parent, dict) else int(path[-1])] = typed
+    request["object"] = workload_object
+    return request
 
 
 def _uid_of(body: bytes) -> str:

@@ -6,14 +6,13 @@ Pure functions on plain data; no HTTP, no AdmissionReview.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import NamedTuple
 
-from .config import Config, parse_bounded_int
-
-OPTIMIZE = "castops.io/optimize"
-WORKLOAD_TYPE = "castops.io/workload-type"
-SLICE_RATIO = "castops.io/slice-ratio"
-MIRROR = "kubernetes.io/config.mirror"
+from .config import Config
+from .contract import MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
+from .names import parse_bounded_int
+from .rules import POLICY_SOURCE_PREFIX
 
 # The API server shows warnings to users as they are; kubectl prints one a line.
 MAX_WARNING_LENGTH = 120
@@ -22,7 +21,6 @@ _MAX_VALUE_LENGTH = 20
 # "slice-ratio", "workload-type", "default", or "policy:<rule name>" when a rule of
 # the enrolment policy gave the count.
 SliceSource = str
-POLICY_SOURCE_PREFIX = "policy:"
 
 
 class SliceDecision(NamedTuple):
@@ -61,7 +59,7 @@ def resolve_slices(
     else:
         decision = fallback or SliceDecision(config.default_slices, "default")
         if workload_type is not None:
-            problems.append((WORKLOAD_TYPE, workload_type, _known_types(config)))
+            problems.append((WORKLOAD_TYPE, workload_type, known_types(config)))
     if not problems:
         return decision
 
@@ -76,7 +74,7 @@ def _warning(key: str, value: str, why: str, fallback: str) -> str:
     return head + clip(why, MAX_WARNING_LENGTH - len(head) - len(tail)) + tail
 
 
-def _known_types(config: Config) -> str:
+def known_types(config: Config) -> str:
     if not config.presets:
         return "no workload types are configured"
     return "want " + "|".join(config.presets)
@@ -100,3 +98,10 @@ def shorten(value: str) -> str:
 
 def clip(text: str, limit: int = MAX_WARNING_LENGTH) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def share_text(gpus: Fraction) -> str:
+    """A share of a GPU as messages write it: "1/4 of a GPU", "2 GPUs"."""
+    if gpus.denominator == 1:
+        return f"{gpus.numerator} GPU" + ("s" if gpus > 1 else "")
+    return f"{gpus.numerator}/{gpus.denominator} of a GPU"

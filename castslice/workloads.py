@@ -10,19 +10,22 @@ and a few about the workload itself are added.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from .kube import WORKLOAD_TEMPLATES, ObjectMeta, Pod, Workload
+from .contract import (
+    ANNOTATION_PREFIX,
+    OPTIMIZE,
+    USER_ANNOTATIONS,
+    TemplateLocation,
+    WorkloadKind,
+    templates_at,
+    workload_kind,
+)
+from .kube import ObjectMeta, Pod, Workload
+from .outcome import Outcome
 from .patch import gpu_containers
 from .review import POD_KIND, AdmissionRequest, GroupVersionKind
-from .slices import OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, clip, is_opted_in, shorten
-
-if TYPE_CHECKING:
-    # Only a type here: admission imports this module to route workload reviews.
-    from .admission import Outcome
-
-PREFIX = "castops.io/"
-_KNOWN_KEYS = frozenset((OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO))
+from .slices import clip, is_opted_in, shorten
 
 
 class WorkloadCheck(NamedTuple):
@@ -31,23 +34,31 @@ class WorkloadCheck(NamedTuple):
     warnings: list[str]
     # Bounded: it becomes a metrics label.
     reason: str
-    # The decision on the Pod the template would produce; None when there is none.
+    # The decision on the Pod the (first) template would produce; None when there is none.
     pods: Outcome | None = None
 
 
-def template_path(kind: GroupVersionKind | None) -> tuple[str, ...] | None:
-    """Where the Pod template of `kind` sits, or None when `kind` is not a workload."""
+def kind_of(kind: GroupVersionKind | None) -> WorkloadKind | None:
+    """The workload table's row for `kind`, or None when `kind` is not a workload."""
     if kind is None:
         return None
-    return WORKLOAD_TEMPLATES.get((kind.get("group"), kind.get("version"), kind.get("kind")))
+    return workload_kind(kind.get("group"), kind.get("version"), kind.get("kind"))
 
 
-def pod_template(workload: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
-    """The Pod template at `path` in `workload` (typed or plain data), or None when absent."""
-    found: Any = workload
-    for key in path:
-        found = found.get(key) if isinstance(found, Mapping) else None
-    return found if isinstance(found, Mapping) else None
+def is_workload(kind: GroupVersionKind | None) -> bool:
+    return kind_of(kind) is not None
+
+
+def pod_templates(
+    workload: Mapping[str, Any], kind: WorkloadKind
+) -> list[tuple[TemplateLocation, tuple[str, ...], Mapping[str, Any]]]:
+    """Every Pod template of `workload` (typed or plain data): its location in the table,
+    its concrete path, and the template itself."""
+    return [
+        (location, path, template)
+        for location in kind.templates
+        for path, template in templates_at(workload, location)
+    ]
 
 
 def templated_pod(template: Mapping[str, Any]) -> Pod:
@@ -64,16 +75,40 @@ def check_workload(
     """Warn about what stops the workload's Pods from being sliced as its annotations ask."""
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
         return WorkloadCheck([], "not a CREATE or UPDATE")
-    kind = request.get("kind")
-    path = template_path(kind)
+    gvk = request.get("kind")
+    kind = kind_of(gvk)
     workload: Workload = request.get("object") or {}
-    template = pod_template(workload, path) if path else None
-    if path is None or template is None:
+    templates = pod_templates(workload, kind) if kind else []
+    if kind is None or not templates:
         return WorkloadCheck([], "no Pod template")
 
+    warnings: list[str] = []
+    first: Outcome | None = None
+    for location, path, template in templates:
+        found, pods = _check_template(
+            request, workload, kind.kind, location, path, template, review_pod, gpu_resource
+        )
+        if len(templates) > 1:
+            found = [f"{'.'.join(path)}: {warning}" for warning in found]
+        warnings += found
+        first = first or pods
+    assert first is not None
+    return WorkloadCheck([clip(warning) for warning in warnings], _reason(first), first)
+
+
+def _check_template(
+    request: AdmissionRequest[Workload],
+    workload: Workload,
+    kind: str,
+    location: TemplateLocation,
+    path: tuple[str, ...],
+    template: Mapping[str, Any],
+    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    gpu_resource: str,
+) -> tuple[list[str], Outcome]:
     pod = templated_pod(template)
     annotations = (pod["metadata"] or {}).get("annotations") or {}
-    warnings = _misplaced(workload, (kind or {}).get("kind", ""), path, annotations)
+    warnings = _misplaced(workload, kind, location, path, annotations)
     pods = review_pod(
         {
             "uid": request["uid"],
@@ -91,26 +126,27 @@ def check_workload(
             f"the Pod template is opted in but no container asks for {clip(gpu_resource, 40)}; "
             "there is nothing to slice"
         )
-    return WorkloadCheck([clip(warning) for warning in warnings], _reason(pods), pods)
+    return warnings, pods
 
 
 def _misplaced(
     workload: Workload,
     kind: str,
+    location: TemplateLocation,
     path: tuple[str, ...],
     template_annotations: Mapping[str, str],
 ) -> list[str]:
     # Annotations on the workload (or on a CronJob's jobTemplate) never reach its Pods.
     places: list[tuple[str, ObjectMeta | None]] = [(f"the {kind}", workload.get("metadata"))]
-    if len(path) > 2:
-        job_template = (workload.get("spec") or {}).get("jobTemplate") or {}
-        places.append(("the jobTemplate", job_template.get("metadata")))
+    for name, between in location.between:
+        found = next((value for _, value in templates_at(workload, TemplateLocation(between))), {})
+        places.append((name, found.get("metadata")))
     destination = ".".join((*path, "metadata", "annotations"))
     return [
         f"{_key(key)} on {where} is ignored; move it to {destination}"
         for where, metadata in places
         for key in ((metadata or {}).get("annotations") or {})
-        if key.startswith(PREFIX) and key not in template_annotations
+        if key.startswith(ANNOTATION_PREFIX) and key not in template_annotations
     ]
 
 
@@ -123,14 +159,14 @@ def _skipped(annotations: Mapping[str, str], reason: str | None) -> list[str]:
         return []
     if optimize is not None:
         return [f'{OPTIMIZE}={shorten(optimize)} is not "true"; the Pods are not sliced']
-    ours = [key for key in annotations if key.startswith(PREFIX)]
+    ours = [key for key in annotations if key.startswith(ANNOTATION_PREFIX)]
     if not ours:
         return []
     return [f'{_key(ours[0])} is set but {OPTIMIZE} is not "true"; the Pods are not sliced']
 
 
 def _key(key: str) -> str:
-    return key if key in _KNOWN_KEYS else shorten(key)
+    return key if key in USER_ANNOTATIONS else shorten(key)
 
 
 def _reason(pods: Outcome) -> str:

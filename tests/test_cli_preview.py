@@ -23,7 +23,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from castslice import cli
-from castslice.manifests import MAX_FILE_BYTES
+from castslice.manifest_files import MAX_FILE_BYTES
 from tests.factories import apply_response, make_review
 from tests.test_http import review_response
 
@@ -176,7 +176,11 @@ def test_each_golden_is_what_the_function_does(
         for document in yaml.safe_load_all((GOLDEN / backend / f"{Path(case).stem}.yaml").open())
         for item in (document["items"] if document["kind"] == "List" else [document])
     ]
-    golden_warnings = (GOLDEN / backend / f"{Path(case).stem}.stderr").read_text().splitlines()
+    golden_warnings = [
+        line
+        for line in (GOLDEN / backend / f"{Path(case).stem}.stderr").read_text().splitlines()
+        if not line.startswith("Note: ")
+    ]
 
     expected_warnings = []
     inputs = manifest_objects(MANIFESTS / case)
@@ -205,8 +209,8 @@ def test_a_directory_is_its_files_in_order(preview: Callable[..., Ran]) -> None:
     assert whole.out == "---\n".join(ran.out for ran in one_by_one)
     assert whole.warnings == [line for ran in one_by_one for line in ran.warnings]
     assert whole.err.splitlines()[-1] == (
-        "17 objects: 9 sliced, 3 left unchanged, 5 passed through (no Pods); 6 warnings; "
-        "resource backend"
+        "17 objects: 9 sliced, 3 left unchanged (2 not sent to CastSlice), 5 passed through "
+        "(no Pods); 6 warnings; resource backend"
     )
 
 
@@ -288,9 +292,12 @@ def test_the_namespace_decides_what_the_enrolment_policy_does(
         "1 object: 1 sliced, 0 left unchanged, 0 passed through (no Pods); 0 warnings; "
         "resource backend\n"
     )
-    assert elsewhere.err.endswith(
-        "1 object: 0 sliced, 1 left unchanged, 0 passed through (no Pods); 0 warnings; "
-        "resource backend\n"
+    # Outside the enrolling rule's namespaces the API server never sends those Pods.
+    assert elsewhere.err == (
+        "Note: Deployment default/plain: not sent to CastSlice: its Pods: not annotated, and no "
+        "rule of the enrolment policy enrols it\n"
+        "1 object: 0 sliced, 1 left unchanged (1 not sent to CastSlice), 0 passed through "
+        "(no Pods); 0 warnings; resource backend\n"
     )
 
 
@@ -580,3 +587,40 @@ def test_a_flag_chooses_the_backend_over_the_environment_and_the_summary_names_i
     wrong = preview("--slices-per-gpu", "lots")
     assert wrong.returncode == 2
     assert wrong.stderr.startswith("castslice: invalid configuration: --slices-per-gpu='lots'")
+
+
+ANNOTATED_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  annotations: {castops.io/optimize: "true"}
+spec:
+  containers:
+    - name: main
+      image: trainer
+      resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("namespace", "why"),
+    [
+        ("kube-system", "kube-system is a system namespace"),
+        ("castslice", "castslice is CastSlice's own namespace"),
+    ],
+)
+def test_pods_the_api_server_never_sends_are_shown_as_not_sent(
+    preview: Callable[..., Ran], namespace: str, why: str
+) -> None:
+    kept = preview("-f", "-", "-n", namespace, stdin=ANNOTATED_POD.encode())
+    sliced = preview("-f", "-", stdin=ANNOTATED_POD.encode())
+
+    assert kept.code == 0
+    assert yaml.safe_load(kept.out) == yaml.safe_load(ANNOTATED_POD)
+    assert kept.err == (
+        f"Note: Pod {namespace}/trainer: not sent to CastSlice: {why}\n"
+        "1 object: 0 sliced, 1 left unchanged (1 not sent to CastSlice), 0 passed through "
+        "(no Pods); 0 warnings; resource backend\n"
+    )
+    assert yaml.safe_load(sliced.out) != yaml.safe_load(ANNOTATED_POD)

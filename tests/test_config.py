@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from castslice.config import Config, ConfigError, load_config
+from castslice.config import Config, ConfigError
+from castslice.environment import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from castslice.config import Config, load_config
+from castslice.config import Config
 from castslice.doctor import capacity, dry_run, endpoint, fail_open, pending, quotas
 from castslice.doctor import registration as reg
 from castslice.doctor.cluster import connection_problem
 from castslice.doctor.report import Result, Status, symbols_for, text_line, to_json
+from castslice.environment import load_config
 
 Manifest = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from castslice.config import load_config
+from castslice.environment import load_config
 from castslice.doctor import gpu_nodes, likely_cause
 from castslice.doctor.report import Status, failed, passed
 

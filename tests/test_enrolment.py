@@ -14,17 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from castslice.config import Config, ConfigError, load_config
-from castslice.enrolment import (
-    OPERATORS,
-    Policy,
-    PolicyError,
-    Requirement,
-    decide,
-    glob_regex,
-    load_policy,
-    namespace_pattern,
-)
+from castslice.config import Config, ConfigError
+from castslice.enrolment import decide
+from castslice.environment import load_config
+from castslice.policy_file import PolicyError, glob_regex, load_policy, namespace_pattern
+from castslice.rules import OPERATORS, Policy, Requirement
 from tests.factories import (
     GPU,
     SHARED,

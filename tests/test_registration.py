@@ -25,18 +25,21 @@ from hypothesis import strategies as st
 
 from castslice import cel
 from castslice.cli import main
-from castslice.config import Config, load_config
-from castslice.enrolment import Policy, decide, load_policy
+from castslice.config import Config
+from castslice.contract import POLICY_ANNOTATION
+from castslice.enrolment import decide
+from castslice.environment import load_config
 from castslice.patch import gpu_containers
+from castslice.policy_file import load_policy
 from castslice.registration import (
     POD_WEBHOOK,
-    POLICY_ANNOTATION,
     WORKLOAD_WEBHOOK,
     RegistrationError,
-    glob_matches,
     to_yaml,
     webhook_configuration,
 )
+from castslice.rules import Policy
+from castslice.selection import glob_matches
 from tests.conftest import ROOT
 from tests.test_enrolment import SELECTOR_CASES
 

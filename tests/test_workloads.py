@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from castslice.review import decode_review
-from castslice.slices import MAX_WARNING_LENGTH
+from castslice import contract, review
+from castslice.admission import Admission
+from castslice.contract import EACH_ITEM, EACH_VALUE, TemplateLocation, WorkloadKind
+from castslice.environment import load_config
+from castslice.review import UnreadableObject, decode_review
+from castslice.slices import MAX_WARNING_LENGTH, clip
 from tests.factories import GPU, container, gpu_container, make_review, opted_in
 from tests.test_http import log_lines, review_response
 
@@ -403,3 +407,77 @@ def test_decoding_a_pod_review_ignores_template_fields() -> None:
     request = decode_review(json.dumps(make_review(pod)).encode())
 
     assert request["object"] == {"metadata": {"name": "p"}, "spec": {"containers": []}}
+
+
+# A kind with Pod templates in a map and in a list, as training operators have them; added
+# to the workload table for these tests only.
+TRAINER = WorkloadKind(
+    "example.com",
+    "v1",
+    "Trainer",
+    "trainers",
+    (
+        TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),
+        TemplateLocation(("spec", "groups", EACH_ITEM, "template", "spec", "template")),
+    ),
+)
+TRAINER_KIND = {"group": "example.com", "version": "v1", "kind": "Trainer"}
+
+
+@pytest.fixture
+def trainer_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(contract.WORKLOADS, TRAINER.key, TRAINER)
+    monkeypatch.setattr(review, "WORKLOAD_KIND_NAMES", contract.WORKLOAD_KIND_NAMES | {"Trainer"})
+
+
+def _pod_template(annotations: dict[str, str], count: str = "1") -> dict:
+    return {
+        "metadata": {"annotations": annotations},
+        "spec": {"containers": [gpu_container(count=count)], "unknownField": {"kept": "out"}},
+    }
+
+
+@pytest.mark.usefixtures("trainer_kind")
+def test_every_template_of_a_kind_with_several_is_reviewed() -> None:
+    trainer = {
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": {
+            "replicaSpecs": {
+                "Master": {"template": _pod_template(opted_in(**{RATIO: "x"}))},
+                "Worker": {"template": _pod_template({OPTIMIZE: "maybe"})},
+            },
+            "groups": [{"template": {"spec": {"template": _pod_template(opted_in(), "3")}}}],
+        },
+    }
+    request = decode_review(json.dumps(make_review(trainer, kind=TRAINER_KIND)).encode())
+    outcome = Admission(load_config({})).review(request)
+
+    assert outcome.subject == "trainer"
+    assert outcome.response["warnings"] == [
+        # The template's path comes first; the whole warning is clipped as any is.
+        clip(
+            'spec.replicaSpecs.Master.template: castops.io/slice-ratio="x" ignored (want a '
+            "whole number 1-1000); using the default of 1 slice"
+        ),
+        'spec.replicaSpecs.Worker.template: castops.io/optimize="maybe" is not "true"; the '
+        "Pods are not sliced",
+        'spec.groups.0.template.spec.template: container "main" asked for 3 nvidia.com/gpu; '
+        "castslice gives it 1/4 of a GPU",
+    ]
+    assert "patch" not in outcome.response
+
+
+@pytest.mark.usefixtures("trainer_kind")
+def test_a_bad_template_in_a_list_is_named_by_its_path() -> None:
+    broken = _pod_template(opted_in())
+    broken["spec"]["containers"][0]["name"] = 7
+    trainer = {
+        "metadata": {"name": "t"},
+        "spec": {"groups": [{}, {"template": {"spec": {"template": broken}}}]},
+    }
+    body = json.dumps(make_review(trainer, kind=TRAINER_KIND)).encode()
+    with pytest.raises(UnreadableObject) as raised:
+        decode_review(body)
+    assert "$.request.object.spec.groups.1.template.spec.template.spec.containers[0].name" in str(
+        raised.value
+    )

@@ -1,14 +1,12 @@
 """Backends: how a slice count becomes resources and placement on the cluster's nodes.
 
 The slice resolution decides `s`; a backend turns `s` into what each GPU
-container asks for and which nodes the Pod must land on; the patch builder
-writes the operations. A new backend is one module here and one row in
-BACKENDS.
+container asks for and which nodes the Pod must land on, and answers every other
+question that depends on the kind of GPU sharing (see base.Backend). A new
+backend is one module here and one row in BACKENDS.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from ..config import Config
 from .base import Backend, Placement, sharing_degree, whole_gpus
@@ -16,13 +14,25 @@ from .gke import GkeBackend
 from .nvidia import NvidiaBackend
 from .resource import ResourceBackend
 
-BACKENDS: dict[str, Callable[[Config], Backend]] = {
+BACKENDS: dict[str, type[Backend]] = {
     "resource": ResourceBackend,
     "nvidia": NvidiaBackend,
     "gke": GkeBackend,
 }
 
-__all__ = ["BACKENDS", "Backend", "Placement", "backend_for", "sharing_degree", "whole_gpus"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Placement",
+    "backend_class",
+    "backend_for",
+    "sharing_degree",
+    "whole_gpus",
+]
+
+
+def backend_class(name: str) -> type[Backend]:
+    return BACKENDS[name]
 
 
 def backend_for(config: Config) -> Backend:

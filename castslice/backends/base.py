@@ -1,12 +1,29 @@
-"""What every backend answers, and the arithmetic they share."""
+"""What every backend answers, and the arithmetic they share.
+
+Everything that depends on the backend (what containers and the Pod become, what
+the doctor looks for on nodes, which quotas count opted-in Pods, what policy mode
+renders) is asked of a Backend; no caller outside this package knows a backend
+by its name.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple
 
 from ..config import Config
+from ..kube import PodSpec
+from ..patch import (
+    GpuContainer,
+    PatchOperation,
+    absent_labels_operations,
+    node_selector_operations,
+    required_node_terms,
+    resource_operations,
+)
+
+Manifest = dict[str, Any]
 
 
 class Placement(NamedTuple):
@@ -19,40 +36,6 @@ class Placement(NamedTuple):
     gpus: Fraction
     # Node labels the Pod's node must not carry (a required node affinity).
     absent_node_labels: tuple[str, ...] = ()
-
-
-class Backend(Protocol):
-    name: str
-    # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
-    placement_keys: tuple[str, ...]
-    # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
-    # whole-GPU Pods land on the same nodes as shared ones.
-    whole_gpu_nodes_fix: str
-    # What to change on the nodes `node_setup_problem` names.
-    node_setup_fix: str
-
-    def place(self, slices: int) -> Placement: ...
-
-    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
-        """Why this node shares GPUs in a way the backend cannot place Pods on, or ""."""
-        ...
-
-    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
-        """What on this backend's platform commonly keeps the API server from the webhook."""
-        ...
-
-
-class BackendDefaults:
-    """The answers of a backend with nothing platform-specific to say."""
-
-    whole_gpu_nodes_fix = ""
-    node_setup_fix = ""
-
-    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
-        return ""
-
-    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
-        return ""
 
 
 def sharing_degree(config: Config, slices: int) -> int | None:
@@ -71,18 +54,112 @@ def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
 
 
-class SharingPoolBackend(BackendDefaults):
+class Backend:
+    """What every backend answers; the defaults are those most backends share (the GPU
+    resource swapped in each container, the placement's node labels required and
+    forbidden). A backend overrides what differs."""
+
+    name: ClassVar[str]
+    # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
+    placement_keys: ClassVar[tuple[str, ...]] = ()
+    # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
+    # whole-GPU Pods land on the same nodes as shared ones.
+    whole_gpu_nodes_fix: ClassVar[str] = ""
+    # What to change on the nodes `node_setup_problem` names.
+    node_setup_fix: ClassVar[str] = ""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    @classmethod
+    def default_shared_resource(cls, gpu_resource: str) -> str:
+        """The shared resource when CASTSLICE_SHARED_RESOURCE is not set."""
+        return "nvidia.com/gpu-shared"
+
+    @property
+    def shared_resource(self) -> str:
+        """The resource a shared GPU is asked for by (CASTSLICE_SHARED_RESOURCE or the default)."""
+        return self.config.shared_resource or self.default_shared_resource(self.config.gpu_resource)
+
+    def place(self, slices: int) -> Placement:
+        raise NotImplementedError
+
+    def placed_by_hand(self, spec: PodSpec) -> str | None:
+        """What in the Pod already decides what this backend would (a placement label set by
+        hand), so that CastSlice leaves the Pod alone; None when nothing does."""
+        keys = self.placement_keys
+        selector = spec.get("nodeSelector") or {}
+        for key in keys:
+            if key in selector:
+                return f"nodeSelector {key}"
+        for term in required_node_terms(spec):
+            for expression in term.get("matchExpressions") or ():
+                if expression.get("key") in keys:
+                    return f"node affinity on {expression['key']}"
+        return None
+
+    def pod_operations(
+        self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
+    ) -> list[PatchOperation]:
+        """What the GPU containers and the Pod's spec become for `placement`."""
+        gpu = self.config.gpu_resource
+        operations = [
+            operation
+            for container in containers
+            for operation in resource_operations(
+                container, gpu, placement.resource, placement.quantity
+            )
+        ]
+        operations += node_selector_operations(spec, placement.node_selector)
+        operations += absent_labels_operations(spec, placement.absent_node_labels)
+        return operations
+
+    def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
+        """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
+        if any(labels.get(key) != value for key, value in placement.node_selector.items()):
+            return False
+        return not any(key in labels for key in placement.absent_node_labels)
+
+    def node_problems(self, nodes: Sequence[Manifest]) -> list[str]:
+        """What the doctor reports about these nodes beyond missing placements."""
+        return []
+
+    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
+        """Why this node shares GPUs in a way the backend cannot place Pods on, or ""."""
+        return ""
+
+    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
+        """What on this backend's platform commonly keeps the API server from the webhook."""
+        return ""
+
+    def setup_hint(self) -> str:
+        """How to make nodes offer what this backend places Pods on."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The backend and what it makes Pods ask for, for a report's first line."""
+        return f"backend {self.name}, shared resource {self.shared_resource}"
+
+    def quota_resource(self) -> str | None:
+        """What opted-in Pods ask for instead of the GPU (quotas must name it), or None."""
+        return self.shared_resource
+
+    def quota_units_per_gpu(self) -> int:
+        """How many units of `quota_resource` one GPU is worth."""
+        return self.config.slices_per_gpu
+
+    def policy_arithmetic(self) -> str:
+        """How policy mode computes a placement from `variables.slices`: "slice-count" (the
+        count is the quantity) or "sharing-pools" (the degree `sharing_degree` chooses)."""
+        return "sharing-pools"
+
+
+class SharingPoolBackend(Backend):
     """A backend with node pools that share each GPU among a fixed number of clients.
 
     A fractional share goes to the pool found by `sharing_degree`; a share that
     no pool fits gets whole GPUs. Subclasses say what each looks like.
     """
-
-    name: str
-    placement_keys: tuple[str, ...]
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
 
     def place(self, slices: int) -> Placement:
         degree = sharing_degree(self.config, slices)

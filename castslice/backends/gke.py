@@ -54,3 +54,19 @@ class GkeBackend(SharingPoolBackend):
         # Sharing nodes advertise nvidia.com/gpu too (one per client); without
         # this a whole-GPU Pod could land on one and get a fraction.
         return Placement(self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY,))
+
+    def setup_hint(self) -> str:
+        degrees = ",".join(str(degree) for degree in self.config.sharing_degrees)
+        strategy = _GKE_STRATEGY[self.config.sharing_strategy]
+        return (
+            f"create GPU node pools with gpu-sharing-strategy={strategy} and "
+            f"max-shared-clients-per-gpu={degrees} plus one without sharing for whole GPUs, "
+            "or set CASTSLICE_SHARING_DEGREES to what your pools offer"
+        )
+
+    def describe(self) -> str:
+        return f"backend {self.name}"
+
+    def quota_resource(self) -> str | None:
+        # GKE keeps the GPU resource: quotas on it count opted-in Pods too.
+        return None

@@ -15,6 +15,8 @@ from .base import Placement, SharingPoolBackend
 
 REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"
+# The name the NVIDIA device plugin gives a shared GPU with `renameByDefault: true`.
+SHARED_SUFFIX = ".shared"
 
 
 class NvidiaBackend(SharingPoolBackend):
@@ -42,17 +44,33 @@ class NvidiaBackend(SharingPoolBackend):
         replicas = labels.get(REPLICAS, "")
         if not replicas.isdigit() or int(replicas) < 2:
             return ""
-        if self.config.shared_resource in allocatable:
+        if self.shared_resource in allocatable:
             return ""
         return (
-            f"{REPLICAS}={replicas} and no {self.config.shared_resource}: time-slicing "
+            f"{REPLICAS}={replicas} and no {self.shared_resource}: time-slicing "
             f"with renameByDefault: false, so {self.config.gpu_resource} counts replicas"
         )
+
+    @classmethod
+    def default_shared_resource(cls, gpu_resource: str) -> str:
+        return gpu_resource + SHARED_SUFFIX
 
     def shared(self, degree: int) -> Placement:
         selector = {REPLICAS: str(degree), STRATEGY: self.config.sharing_strategy}
         # One replica per client: `failRequestsGreaterThanOne` refuses more.
-        return Placement(self.config.shared_resource, 1, selector, Fraction(1, degree))
+        return Placement(self.shared_resource, 1, selector, Fraction(1, degree))
 
     def whole(self, gpus: int) -> Placement:
         return Placement(self.config.gpu_resource, gpus, {STRATEGY: "none"}, Fraction(gpus))
+
+    def setup_hint(self) -> str:
+        degrees = ",".join(str(degree) for degree in self.config.sharing_degrees)
+        return (
+            f"configure the NVIDIA device plugin for {self.config.sharing_strategy} with "
+            f"renameByDefault: true and replicas {degrees}, keep GPU nodes without sharing for "
+            "whole GPUs, or set CASTSLICE_SHARING_DEGREES to the replicas your nodes have"
+        )
+
+    def quota_units_per_gpu(self) -> int:
+        # One unit per client; the most clients a sharing pool gives one GPU.
+        return max(self.config.sharing_degrees)

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..config import Config
-from .base import BackendDefaults, Placement
+from .base import Backend, Placement
 
 
-class ResourceBackend(BackendDefaults):
+class ResourceBackend(Backend):
     """`CASTSLICE_SHARED_RESOURCE: s`; the device plugin must accept counts above 1."""
 
     name = "resource"
-    placement_keys: tuple[str, ...] = ()
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
 
     def place(self, slices: int) -> Placement:
         share = Fraction(slices, self.config.slices_per_gpu)
-        return Placement(self.config.shared_resource, slices, {}, share)
+        return Placement(self.shared_resource, slices, {}, share)
+
+    def setup_hint(self) -> str:
+        return (
+            f"make the device plugin advertise {self.shared_resource} in slices, or set "
+            "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer"
+        )
+
+    def policy_arithmetic(self) -> str:
+        return "slice-count"

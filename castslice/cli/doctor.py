@@ -15,6 +15,7 @@ import kubernetes.config
 import yaml
 
 from .. import __version__
+from ..backends import backend_for
 from ..config import Config
 from ..doctor import run_checks
 from ..doctor.cluster import ApiError, Cluster, Unreachable
@@ -126,9 +127,7 @@ def _server_version(cluster: Cluster) -> str:
 
 def _print_text(server: str, version: str, config: Config, results: list[Result]) -> None:
     symbols = symbols_for(sys.stdout.encoding)
-    backend = f"backend {config.backend}"
-    if config.backend != "gke":
-        backend += f", shared resource {config.shared_resource}"
+    backend = backend_for(config).describe()
     print(f"castslice doctor: {server} (Kubernetes {version}), {backend}")
     for result in results:
         print(text_line(result, symbols))

@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         choices=("yaml", "json"),
         default="yaml",
-        help="yaml (default): the four objects as a multi-document stream with comments; "
+        help="yaml (default): the four policies and their four bindings as a multi-document "
+        "stream with comments; "
         "json: a List",
     )
 

@@ -25,10 +25,12 @@ from typing import Any, Literal
 import jsonpatch
 import msgspec
 
-from ..admission import Outcome, PodAdmission
-from ..manifests import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..admission import Admission
+from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..outcome import Outcome
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
-from ..workloads import pod_template, template_path, templated_pod
+from ..selection import sends_pod, sends_workload
+from ..workloads import kind_of, pod_templates, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 from .settings import config_from
 
@@ -84,11 +86,13 @@ class Preview:
     after: dict[str, Any]
     status: Status
     warnings: list[str] = field(default_factory=list)
+    # Why the API server would never send it (or its Pods) to CastSlice, when it would not.
+    not_sent: str | None = None
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    admission = PodAdmission(config)
+    admission = Admission(config)
     try:
         documents = read_documents(args.filename, sys.stdin.buffer)
         previews = [
@@ -112,35 +116,55 @@ def run(args: argparse.Namespace) -> int:
     for item in flat:
         for warning in item.warnings:
             print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
+        if item.not_sent:
+            print(
+                f"Note: {item.reference}: not sent to CastSlice: {item.not_sent}", file=sys.stderr
+            )
     print(summary(flat, admission.backend.name), file=sys.stderr)
     return EXIT_PROBLEM if args.strict and any(item.warnings for item in flat) else EXIT_OK
 
 
 def preview(
-    admission: PodAdmission, where: str, manifest: dict[str, Any], namespace: str | None
+    admission: Admission, where: str, manifest: dict[str, Any], namespace: str | None
 ) -> Preview:
     """`manifest` as CastSlice would leave it; `where` names it in errors."""
     kind = _kind_of(manifest)
     namespace = _namespace(where, manifest, namespace)
     reference = f"{manifest['kind']} {namespace}/{_name(manifest)}"
+    config = admission.config
     if kind == POD_KIND:
         outcome, after = _review_pod(admission, where, manifest, namespace, "")
+        selection = sends_pod(config, manifest, namespace)
+        if not selection.sent:
+            return Preview(reference, manifest, manifest, "unchanged", [], selection.why_not)
         return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
 
-    path = template_path(kind)
-    if path is None:
+    workload = kind_of(kind)
+    if workload is None:
         return Preview(reference, manifest, manifest, "passed through")
     checked = _review(admission, where, kind, manifest, namespace, "")
-    template = pod_template(manifest, path)
-    if template is None:
-        return Preview(reference, manifest, manifest, "unchanged", _warnings(checked))
-    pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
-    outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
+    # The workload and the Pods it creates are separate requests, each sent or not on its own.
+    sent = sends_workload(manifest, workload.group, workload.version, workload.kind, namespace)
+    warnings = _warnings(checked) if sent.sent else []
+    templates = pod_templates(manifest, workload)
+    if not templates:
+        return Preview(reference, manifest, manifest, "unchanged", warnings, sent.why_not)
     after = manifest
-    if pod_after != pod:
-        after = copy.deepcopy(manifest)
-        _replace_template(after, path, pod_after)
-    return Preview(reference, manifest, after, _status(outcome), _warnings(checked))
+    status: Status = "unchanged"
+    not_sent: str | None = None
+    for _, path, template in templates:
+        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
+        outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
+        selection = sends_pod(config, pod, namespace)
+        if not selection.sent:
+            not_sent = not_sent or f"its Pods: {selection.why_not}"
+            continue
+        if _status(outcome) == "sliced":
+            status = "sliced"
+        if pod_after != pod:
+            after = copy.deepcopy(manifest) if after is manifest else after
+            _replace_template(after, path, pod_after)
+    return Preview(reference, manifest, after, status, warnings, not_sent)
 
 
 def diff(previews: list[Preview], backend: str) -> str:
@@ -164,15 +188,17 @@ def summary(previews: list[Preview], backend: str) -> str:
     for item in previews:
         counts[item.status] += 1
     warnings = sum(len(item.warnings) for item in previews)
+    not_sent = sum(1 for item in previews if item.not_sent)
+    unsent = f" ({not_sent} not sent to CastSlice)" if not_sent else ""
     return (
         f"{_count(len(previews), 'object')}: {counts['sliced']} sliced, "
-        f"{counts['unchanged']} left unchanged, {counts['passed through']} passed through "
-        f"(no Pods); {_count(warnings, 'warning')}; {backend} backend"
+        f"{counts['unchanged']} left unchanged{unsent}, {counts['passed through']} passed "
+        f"through (no Pods); {_count(warnings, 'warning')}; {backend} backend"
     )
 
 
 def _review_pod(
-    admission: PodAdmission, where: str, pod: dict[str, Any], namespace: str, path: str
+    admission: Admission, where: str, pod: dict[str, Any], namespace: str, path: str
 ) -> tuple[Outcome, dict[str, Any]]:
     outcome = _review(admission, where, POD_KIND, pod, namespace, path)
     patch = outcome.response.get("patch")
@@ -182,7 +208,7 @@ def _review_pod(
 
 
 def _review(
-    admission: PodAdmission,
+    admission: Admission,
     where: str,
     kind: GroupVersionKind,
     manifest: dict[str, Any],
@@ -215,9 +241,9 @@ def _review(
 
 
 def _replace_template(manifest: dict[str, Any], path: tuple[str, ...], pod: dict[str, Any]) -> None:
-    parent = manifest
+    parent: Any = manifest
     for key in path[:-1]:
-        parent = parent[key]
+        parent = parent[int(key)] if isinstance(parent, list) else parent[key]
     template = parent[path[-1]]
     if "metadata" not in template:
         template = {"metadata": None, **template}

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ..backends import BACKENDS
-from ..config import SHARING_STRATEGIES, Config, ConfigError, load_config
+from ..config import SHARING_STRATEGIES, Config, ConfigError
+from ..environment import load_config
 
 
 class Setting(NamedTuple):

@@ -15,15 +15,10 @@ import sys
 from collections.abc import Mapping
 
 from ..config import Config
-from ..enrolment import PolicyError, load_policy, read_policy_file
-from ..registration import (
-    DEFAULT_NAME,
-    DEFAULT_NAMESPACE,
-    RegistrationError,
-    pod_match_conditions,
-    to_yaml,
-    webhook_configuration,
-)
+from ..contract import DEFAULT_NAMESPACE
+from ..policy_file import PolicyError, load_policy, read_policy_file
+from ..registration import DEFAULT_NAME, RegistrationError, to_yaml, webhook_configuration
+from ..selection import pod_match_conditions
 from . import EXIT_OK, CommandError
 from .settings import SETTINGS, config_from, effective_environment
 

@@ -14,8 +14,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from ..backends import Placement, backend_for
-from ..backends.gke import STRATEGY as GKE_STRATEGY
+from ..backends import Backend, Placement, backend_for
 from ..config import Config
 from .cluster import Cluster
 from .report import Result, failed, passed, warning
@@ -35,12 +34,13 @@ def check_nodes(cluster: Cluster, config: Config) -> Result:
 
 def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) -> Result:
     """The check's result for these nodes and the Pods bound to them."""
+    backend = backend_for(config)
     usable = [node for node in nodes if is_usable(node)]
     placements = needed_placements(config)
     missing = []
     offered = []
     for placement, counts in placements:
-        serving = [node for node in usable if serves(config, node, placement)]
+        serving = [node for node in usable if serves(backend, node, placement)]
         if serving:
             offered.append(f"{_describe(placement)} on {_plural(len(serving), 'node')}")
         else:
@@ -48,10 +48,11 @@ def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) 
                 f"no Ready node offers {_describe(placement)} (for {_counts_text(counts)})"
                 + _found_instead(usable, placement)
             )
+    missing += backend.node_problems(usable)
     if missing:
-        return failed(CHECK, "; ".join(missing), _fix(config))
+        return failed(CHECK, "; ".join(missing), backend.setup_hint())
     rooms = [
-        (name, room(config, usable, pods, backend_for(config).place(slices)))
+        (name, room(backend, usable, pods, backend.place(slices)))
         for name, slices in sorted(config.presets.items(), key=lambda item: (item[1], item[0]))
     ]
     room_text = ", ".join(
@@ -90,12 +91,9 @@ def is_usable(node: Manifest) -> bool:
     )
 
 
-def serves(config: Config, node: Manifest, placement: Placement) -> bool:
+def serves(backend: Backend, node: Manifest, placement: Placement) -> bool:
     labels = (node.get("metadata") or {}).get("labels") or {}
-    if any(labels.get(key) != value for key, value in placement.node_selector.items()):
-        return False
-    # On GKE a Pod without the sharing selector asks for whole GPUs: sharing nodes do not count.
-    if config.backend == "gke" and not placement.node_selector and GKE_STRATEGY in labels:
+    if not backend.serves(labels, placement):
         return False
     return allocatable(node, placement.resource) > 0
 
@@ -129,7 +127,7 @@ def pod_request(pod: Manifest, resource: str) -> int:
 
 
 def room(
-    config: Config, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
+    backend: Backend, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
 ) -> int:
     """How many more Pods placed as `placement` fit on `nodes` right now."""
     used: dict[str, int] = {}
@@ -139,7 +137,7 @@ def room(
             used[node_name] = used.get(node_name, 0) + pod_request(pod, placement.resource)
     total = 0
     for node in nodes:
-        if serves(config, node, placement):
+        if serves(backend, node, placement):
             free = allocatable(node, placement.resource) - used.get(node["metadata"]["name"], 0)
             total += max(free, 0) // placement.quantity
     return total
@@ -195,27 +193,6 @@ def _found_instead(nodes: Sequence[Manifest], placement: Placement) -> str:
     if not seen:
         return ""
     return f"; nodes with {placement.resource} have {' / '.join(seen[:3])}"
-
-
-def _fix(config: Config) -> str:
-    degrees = ",".join(str(degree) for degree in config.sharing_degrees)
-    if config.backend == "nvidia":
-        return (
-            f"configure the NVIDIA device plugin for {config.sharing_strategy} with "
-            f"renameByDefault: true and replicas {degrees}, keep GPU nodes without sharing for "
-            "whole GPUs, or set CASTSLICE_SHARING_DEGREES to the replicas your nodes have"
-        )
-    if config.backend == "gke":
-        strategy = "time-sharing" if config.sharing_strategy == "time-slicing" else "mps"
-        return (
-            f"create GPU node pools with gpu-sharing-strategy={strategy} and "
-            f"max-shared-clients-per-gpu={degrees} plus one without sharing for whole GPUs, "
-            "or set CASTSLICE_SHARING_DEGREES to what your pools offer"
-        )
-    return (
-        f"make the device plugin advertise {config.shared_resource} in slices, or set "
-        "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer"
-    )
 
 
 def _plural(count: int, noun: str) -> str:

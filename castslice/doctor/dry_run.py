@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonpatch
 
-from ..admission import APPLIED, PodAdmission
+from ..admission import Admission
 from ..config import Config
-from ..slices import OPTIMIZE
+from ..contract import APPLIED, OPTIMIZE, DecisionRecord
 from .cluster import ApiError, Cluster
 from .report import Result, failed, passed
 
@@ -66,7 +66,7 @@ def expected_pod(config: Config, pod: Manifest, namespace: str) -> Manifest:
         "dryRun": True,
         "object": copy.deepcopy(pod),
     }
-    response = PodAdmission(config).review(request).response  # type: ignore[arg-type]
+    response = Admission(config).review(request).response  # type: ignore[arg-type]
     if "patch" not in response:
         return copy.deepcopy(pod)
     return jsonpatch.apply_patch(pod, json.loads(response["patch"]))
@@ -96,10 +96,14 @@ def differences(expected: Manifest, answered: Manifest) -> list[str]:
             problems.append(f"it carries {APPLIED}")
         elif have_record is None:
             problems.append(f"{APPLIED} is missing")
-        elif have_record.get("backend") != want_record.get("backend"):
+        elif (
+            isinstance(have_record, DecisionRecord)
+            and isinstance(want_record, DecisionRecord)
+            and have_record.backend != want_record.backend
+        ):
             problems.append(
-                f"the function's backend is {have_record.get('backend')}, "
-                f"this configuration's is {want_record.get('backend')}"
+                f"the function's backend is {have_record.backend}, "
+                f"this configuration's is {want_record.backend}"
             )
         else:
             problems.append(f"{APPLIED} differs")
@@ -171,12 +175,9 @@ def _labels_text(labels: Manifest) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(labels.items())) or "empty"
 
 
-def _record(pod: Manifest) -> dict[str, Any] | None:
+def _record(pod: Manifest) -> DecisionRecord | str | None:
+    """The Pod's decision record; its text when it is not one CastSlice wrote."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(APPLIED)
     if text is None:
         return None
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return {"unreadable": text}
-    return record if isinstance(record, dict) else {"unreadable": text}
+    return DecisionRecord.parse(text) or text

@@ -7,12 +7,12 @@ that share GPUs in a way the backend cannot use (the backend says which).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..backends import Backend, Placement, backend_for, sharing_degree
 from ..config import Config
-from .capacity import allocatable, is_usable
+from .capacity import is_usable, serves
 from .cluster import Cluster
 from .report import Result, failed, passed
 
@@ -38,7 +38,7 @@ def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
     smallest = smallest_whole_gpu_share(config)
     stuck = whole_gpu_pods(config, smallest)
     if backend.whole_gpu_nodes_fix:
-        serving = [node for node in usable if serves(node, whole)]
+        serving = [node for node in usable if serves(backend, node, whole)]
         if serving:
             verb = "offers" if len(serving) == 1 else "offer"
             found.append(f"{_plural(len(serving), 'node')} {verb} {_describe(whole)} for {stuck}")
@@ -79,15 +79,6 @@ def whole_gpu_pods(config: Config, smallest: int) -> str:
         sources.append(f"the default of {_plural(config.default_slices, 'slice')}")
     pods = f"Pods of {_plural(smallest, 'slice')} or more"
     return f"{pods} ({'; '.join(sources)})" if sources else pods
-
-
-def serves(node: Manifest, placement: Placement) -> bool:
-    labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
-    if any(labels.get(key) != value for key, value in placement.node_selector.items()):
-        return False
-    if any(key in labels for key in placement.absent_node_labels):
-        return False
-    return allocatable(node, placement.resource) > 0
 
 
 def _misconfigured(backend: Backend, nodes: Sequence[Manifest]) -> str:

@@ -11,8 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..admission import APPLIED
+from ..backends import backend_for
 from ..config import Config
+from ..contract import APPLIED
 from .capacity import needed_placements
 from .cluster import Cluster
 from .report import Result, failed, passed
@@ -35,9 +36,10 @@ def check_pending(cluster: Cluster, config: Config) -> Result:
 
 def assess(config: Config, pods: Sequence[Manifest]) -> Result:
     resources = {placement.resource for placement, _ in needed_placements(config)}
+    shared = backend_for(config).shared_resource
     waiting: list[tuple[str, str]] = []
     for pod in pods:
-        reason = waiting_reason(pod, resources, config.shared_resource)
+        reason = waiting_reason(pod, resources, shared)
         if reason:
             metadata = pod.get("metadata") or {}
             waiting.append((f"{metadata.get('namespace')}/{metadata.get('name')}", reason))

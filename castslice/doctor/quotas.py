@@ -1,8 +1,8 @@
 """Check: GPU quotas still hold once CastSlice renames the GPU resource.
 
-An opted-in Pod on the `resource` or `nvidia` backend no longer asks for
-`nvidia.com/gpu`, so a ResourceQuota on that alone stops counting it: the
-namespace needs a quota on the shared resource too. GKE keeps the resource.
+An opted-in Pod on a backend that renames the GPU resource (`resource`, `nvidia`)
+no longer asks for `nvidia.com/gpu`, so a ResourceQuota on that alone stops
+counting it: the namespace needs a quota on the shared resource too.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from ..backends import backend_for
 from ..config import Config
 from .cluster import Cluster
 from .report import Result, failed, passed
@@ -28,25 +29,13 @@ def check_quotas(cluster: Cluster, config: Config) -> Result:
     return assess(config, list(cluster.list("/api/v1/resourcequotas")))
 
 
-def renamed_to(config: Config) -> str | None:
-    """The resource opted-in Pods ask for instead of the GPU, or None when it stays the GPU."""
-    return None if config.backend == "gke" else config.shared_resource
-
-
-def units_per_gpu(config: Config) -> int:
-    """How many units of the shared resource one GPU is worth."""
-    if config.backend == "nvidia":
-        # One unit per client; the most clients a sharing pool gives one GPU.
-        return max(config.sharing_degrees)
-    return config.slices_per_gpu
-
-
 def assess(config: Config, quotas: Sequence[Manifest]) -> Result:
-    gpu, shared = config.gpu_resource, renamed_to(config)
+    backend = backend_for(config)
+    gpu, shared = config.gpu_resource, backend.quota_resource()
     if shared is None:
         return passed(
             CHECK,
-            f"GPU quotas: the {config.backend} backend keeps {gpu}, so quotas on it count "
+            f"GPU quotas: the {backend.name} backend keeps {gpu}, so quotas on it count "
             "opted-in Pods too",
         )
     limited: dict[str, int] = {}
@@ -70,10 +59,12 @@ def assess(config: Config, quotas: Sequence[Manifest]) -> Result:
     first = uncovered[0]
     fix = (
         f"kubectl -n {first} create quota {SUGGESTED_NAME} "
-        f"--hard=requests.{shared}={limited[first] * units_per_gpu(config)}"
+        f"--hard=requests.{shared}={limited[first] * backend.quota_units_per_gpu()}"
     )
     if len(uncovered) > 1:
-        fix += f" ({units_per_gpu(config)} per GPU of the quota), and likewise in the others"
+        fix += (
+            f" ({backend.quota_units_per_gpu()} per GPU of the quota), and likewise in the others"
+        )
     return failed(
         CHECK,
         f"GPU quotas: {_namespaces_limit(len(uncovered))} {gpu} but not {shared}, "

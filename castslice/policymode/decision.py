@@ -7,25 +7,18 @@ read the same answer.
 
 from __future__ import annotations
 
-import msgspec
-
+from .. import cel
+from ..cel import Expr, literal, string, variable
 from ..config import Config
-from ..enrolment import Policy, Requirement, Rule
-from ..registration import namespace_matches
-from ..slices import SLICE_RATIO, WORKLOAD_TYPE
-from . import expr
-from .expr import Expr, literal, string, variable
-
-# The webhook writes the decision record with msgspec's JSON encoder.
-_json = msgspec.json.Encoder()
+from ..contract import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from ..rules import Policy, Requirement, Rule
+from ..selection import namespace_matches
 
 # The Kubernetes field of a required node affinity.
 REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
 
 # (name, CEL expression) in the order the policy must declare them.
 Variables = list[tuple[str, Expr]]
-
-CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def annotation(key: str) -> Expr:
@@ -37,11 +30,6 @@ def ratio_pattern(max_slice_ratio: int) -> str:
     """RE2 pattern of what config.parse_bounded_int accepts below 10**len(str(max))."""
     digits = len(str(max_slice_ratio))
     return f"^0*[1-9][0-9]{{0,{digits - 1}}}$"
-
-
-def json_string(text: str) -> str:
-    """`text` as the decision record's JSON encoder writes it."""
-    return _json.encode(text).decode()
 
 
 def slice_variables(config: Config, root: str = "object") -> Variables:
@@ -59,13 +47,15 @@ def slice_variables(config: Config, root: str = "object") -> Variables:
     counts = [(f"{slice_ratio} > 0", slice_ratio, "slice-ratio")]
     counts.append((f"{preset} > 0", preset, "workload-type"))
     found: Variables = [
-        ("annotations", expr.optional_map(f"{root}.?metadata.?annotations")),
+        ("annotations", cel.optional_map(f"{root}.?metadata.?annotations")),
         (
             "sliceRatio",
-            expr.if_else(
-                expr.all_of(
-                    f"{ratio}.orValue('').matches({string(ratio_pattern(config.max_slice_ratio))})",
-                    f"{ratio_value} <= {config.max_slice_ratio}",
+            cel.if_else(
+                cel.all_of(
+                    [
+                        f"{ratio}.orValue('').matches({string(ratio_pattern(config.max_slice_ratio))})",
+                        f"{ratio_value} <= {config.max_slice_ratio}",
+                    ]
                 ),
                 ratio_value,
                 "0",
@@ -83,13 +73,13 @@ def slice_variables(config: Config, root: str = "object") -> Variables:
         rule_source = literal([rule.source for rule in rules]) + by_rule
         rule_json = literal([json_string(rule.source) for rule in rules]) + by_rule
         rule_slices = variable("ruleSlices")
-        slices = expr.if_else(f"{rule_slices} > 0", rule_slices, slices)
-        source = expr.if_else(f"{rule_slices} > 0", rule_source, source)
-        source_json = expr.if_else(f"{rule_slices} > 0", rule_json, source_json)
+        slices = cel.if_else(f"{rule_slices} > 0", rule_slices, slices)
+        source = cel.if_else(f"{rule_slices} > 0", rule_source, source)
+        source_json = cel.if_else(f"{rule_slices} > 0", rule_json, source_json)
     for condition, count, name in reversed(counts):
-        slices = expr.if_else(condition, count, slices)
-        source = expr.if_else(condition, string(name), source)
-        source_json = expr.if_else(condition, string(json_string(name)), source_json)
+        slices = cel.if_else(condition, count, slices)
+        source = cel.if_else(condition, string(name), source)
+        source_json = cel.if_else(condition, string(json_string(name)), source_json)
     return [*found, ("slices", slices), ("source", source), ("sourceJson", source_json)]
 
 
@@ -102,14 +92,14 @@ def enrolment_variables(policy: Policy, root: str) -> Variables:
     rule, enrolling = variable("rule"), variable("enrollingRule")
     first = "-1"
     for index, candidate in reversed(list(enumerate(policy.rules))):
-        first = expr.if_else(rule_matches(candidate), str(index), first)
+        first = cel.if_else(rule_matches(candidate), str(index), first)
     enrols = literal([candidate.optimize for candidate in policy.rules])
     counts = literal([candidate.rule_slices or 0 for candidate in policy.rules])
     return [
-        ("labels", expr.optional_map(f"{root}.?metadata.?labels")),
+        ("labels", cel.optional_map(f"{root}.?metadata.?labels")),
         ("rule", first),
-        ("enrollingRule", expr.if_else(f"{rule} >= 0 && {enrols}[{rule}]", rule, "-1")),
-        ("ruleSlices", expr.if_else(f"{enrolling} >= 0", f"{counts}[{enrolling}]", "0")),
+        ("enrollingRule", cel.if_else(f"{rule} >= 0 && {enrols}[{rule}]", rule, "-1")),
+        ("ruleSlices", cel.if_else(f"{enrolling} >= 0", f"{counts}[{enrolling}]", "0")),
     ]
 
 
@@ -120,7 +110,7 @@ def rule_matches(rule: Rule) -> Expr:
         terms.append(namespace_matches(rule.namespaces))
     for requirement in rule.selector or ():
         terms.append(requirement_matches(requirement))
-    return expr.all_of(*terms) if terms else "true"
+    return cel.all_of(terms) if terms else "true"
 
 
 def requirement_matches(requirement: Requirement) -> Expr:
@@ -138,14 +128,14 @@ def gpu_requested(container: Expr, gpu: str) -> Expr:
     """CEL: `container` asks for the GPU resource (patch.gpu_containers): names it in its
     requests or limits with a count (the limit, else the request) other than zero."""
     resources = f"{container}.?resources"
-    limits = expr.optional_map(resources + ".?limits")
-    requests = expr.optional_map(resources + ".?requests")
+    limits = cel.optional_map(resources + ".?limits")
+    requests = cel.optional_map(resources + ".?requests")
     key = string(gpu)
-    asked = expr.if_else(
+    asked = cel.if_else(
         f"{key} in {limits}", f"string({limits}[{key}])", f"string({requests}[{key}])"
     )
-    zero = expr.let("asked", asked, "isQuantity(asked) && sign(quantity(asked)) == 0")
-    return expr.all_of(expr.any_of(f"{key} in {requests}", f"{key} in {limits}"), f"!({zero})")
+    zero = cel.let("asked", asked, "isQuantity(asked) && sign(quantity(asked)) == 0")
+    return cel.all_of([cel.any_of([f"{key} in {requests}", f"{key} in {limits}"]), f"!({zero})"])
 
 
 def containers_of(kind: str, root: str = "object") -> Expr:
@@ -154,11 +144,9 @@ def containers_of(kind: str, root: str = "object") -> Expr:
 
 
 def any_gpu_container(gpu: str, root: str = "object") -> Expr:
-    return expr.any_of(
-        *(
-            f"{containers_of(kind, root)}.exists(c, {gpu_requested('c', gpu)})"
-            for kind in CONTAINER_KINDS
-        )
+    return cel.any_of(
+        f"{containers_of(kind, root)}.exists(c, {gpu_requested('c', gpu)})"
+        for kind in CONTAINER_LISTS
     )
 
 
@@ -177,7 +165,7 @@ def placed_by_hand(keys: tuple[str, ...], root: str = "object") -> Expr:
     """
     if not keys:
         return "[]"
-    selector = expr.optional_map(f"{root}.?spec.?nodeSelector")
+    selector = cel.optional_map(f"{root}.?spec.?nodeSelector")
     in_selector = (
         f"{literal(list(keys))}.filter(k, k in {selector}).map(k, {string('nodeSelector ')} + k)"
     )

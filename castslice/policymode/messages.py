@@ -6,17 +6,13 @@ and castslice.admission (placed by hand, less than asked).
 
 from __future__ import annotations
 
+from .. import cel
+from ..cel import Expr, literal, string, variable
 from ..config import Config
-from ..slices import (
-    MAX_WARNING_LENGTH,
-    POLICY_SOURCE_PREFIX,
-    SLICE_RATIO,
-    WORKLOAD_TYPE,
-    _known_types,
-)
+from ..contract import SLICE_RATIO, WORKLOAD_TYPE
+from ..rules import POLICY_SOURCE_PREFIX
+from ..slices import MAX_WARNING_LENGTH, known_types
 from ..slices import shorten as shorten_text
-from . import expr
-from .expr import Expr, literal, string, variable
 from .placement import PlacementCel
 
 # slices.shorten keeps at most this many characters of a rendered value.
@@ -44,7 +40,7 @@ def python_ascii_char(char: Expr, double_quoted: Expr) -> Expr:
     cases = [
         f"{char} == {string(plain)} ? {string(escaped)}" for plain, escaped in _RENDERED.items()
     ]
-    apostrophe = expr.if_else(double_quoted, string(_APOSTROPHE), string(_BACKSLASH + _APOSTROPHE))
+    apostrophe = cel.if_else(double_quoted, string(_APOSTROPHE), string(_BACKSLASH + _APOSTROPHE))
     cases.append(f"{char} == {string(_APOSTROPHE)} ? {apostrophe}")
     cases.append(f"({char} >= {string(' ')} && {char} <= {string('~')}) ? {char}")
     return "(" + " : ".join(cases) + f" : {code_point_escape(char)})"
@@ -71,13 +67,13 @@ def code_point_escape(char: Expr) -> Expr:
         f"p < 65536 ? {string(_BACKSLASH + 'u')} + {padded[4]} : "
         f"{string(_BACKSLASH + 'U')} + {padded[8]}"
     )
-    return expr.let(
+    return cel.let(
         "h",
         f"{string('%x')}.format([{char}])",
-        expr.let(
+        cel.let(
             "b",
             f"lists.range(size(h) / 2).map(k, {byte})",
-            expr.let("p", code_point, expr.let("x", f"{string('%x')}.format([p])", escape)),
+            cel.let("p", code_point, cel.let("x", f"{string('%x')}.format([p])", escape)),
         ),
     )
 
@@ -91,16 +87,16 @@ def shorten(value: Expr) -> Expr:
     head = f"v.substring(0, size(v) < {_SHORT + 1} ? size(v) : {_SHORT + 1})"
     rendered = f"lists.range(size(s)).map(i, {python_ascii_char('s.charAt(i)', 'q')}).join('')"
     quote = string(_QUOTE)
-    return expr.let(
+    return cel.let(
         "v",
         value,
-        expr.let(
+        cel.let(
             "q",
             f"v.contains({string(_APOSTROPHE)}) && !v.contains({quote})",
-            expr.let(
+            cel.let(
                 "s",
                 head,
-                expr.let(
+                cel.let(
                     "r",
                     rendered,
                     f"{quote} + (size(r) <= {_SHORT} ? r : r.substring(0, {_SHORT - 3}) + "
@@ -114,16 +110,16 @@ def shorten(value: Expr) -> Expr:
 def fallback(config: Config) -> Expr:
     """CEL for slices._describe of the decision the Pod got (not from slice-ratio)."""
     slices, source = variable("slices"), variable("source")
-    unit = expr.if_else(f"{slices} == 1", string(" slice"), string(" slices"))
+    unit = cel.if_else(f"{slices} == 1", string(" slice"), string(" slices"))
     described = f"{string('the default of ')} + string({slices}) + {unit}"
     if config.policy is not None:
         rules = literal([f" from rule {shorten_text(rule.name)}" for rule in config.policy.rules])
-        described = expr.if_else(
+        described = cel.if_else(
             f"{source}.startsWith({string(POLICY_SOURCE_PREFIX)})",
             f"string({slices}) + {unit} + {rules}[{variable('enrollingRule')}]",
             described,
         )
-    return expr.if_else(
+    return cel.if_else(
         f"{source} == {string('workload-type')}",
         f"string({slices}) + {unit} + {string(' from workload-type')}",
         described,
@@ -137,10 +133,10 @@ def ignored_warning(key: str, value: Expr, why: str) -> Expr:
         f"{string(why)} : {string(why)}.substring(0, {MAX_WARNING_LENGTH - 3} - size(head) - "
         f"size(tail)) + {string('...')}) + tail"
     )
-    return expr.let(
+    return cel.let(
         "head",
         f"{string(key + '=')} + {shorten(value)} + {string(' ignored (')}",
-        expr.let("tail", f"{string('); using ')} + {variable('fallback')}", body),
+        cel.let("tail", f"{string('); using ')} + {variable('fallback')}", body),
     )
 
 
@@ -155,7 +151,7 @@ def annotation_warnings(config: Config) -> Expr:
     ratio_why = f"want a whole number 1-{config.max_slice_ratio}"
     ratio = ignored_warning(SLICE_RATIO, f"{annotations}[{string(SLICE_RATIO)}]", ratio_why)
     workload = ignored_warning(
-        WORKLOAD_TYPE, f"{annotations}[{string(WORKLOAD_TYPE)}]", _known_types(config)
+        WORKLOAD_TYPE, f"{annotations}[{string(WORKLOAD_TYPE)}]", known_types(config)
     )
     return f"({ratio_invalid} ? [{ratio}] : []) + ({type_unknown} ? [{workload}] : [])"
 
@@ -164,7 +160,7 @@ def hand_placed_warning(where: Expr) -> Expr:
     """CEL for the placed-by-hand warning; `where`: "nodeSelector KEY", "node affinity on KEY"."""
     rest = " set by hand; castslice left the Pod unchanged"
     text = f"{where} + {string(rest)}"
-    return expr.clip(text, MAX_WARNING_LENGTH)
+    return cel.clip(text, MAX_WARNING_LENGTH)
 
 
 def less_than_asked_warning(name: Expr, asked: Expr, gpu: str) -> Expr:
@@ -172,17 +168,19 @@ def less_than_asked_warning(name: Expr, asked: Expr, gpu: str) -> Expr:
         f"{string('container ')} + {shorten(name)} + {string(' asked for ')} + {asked} + "
         f"{string(' ' + gpu + '; castslice gives it ')} + {variable('share')}"
     )
-    return expr.clip(text, MAX_WARNING_LENGTH)
+    return cel.clip(text, MAX_WARNING_LENGTH)
 
 
 def less_than_asked(placement: PlacementCel, asked: Expr) -> Expr:
     """CEL for admission._less_than_asked's test: a whole ask above 1 and above the share."""
-    return expr.let(
+    return cel.let(
         "asked",
         asked,
-        expr.all_of(
-            f"asked.matches({string('^[0-9]+$')})",
-            "(size(asked) > 18 || int(asked) > 1)",
-            placement.gives_less("asked"),
+        cel.all_of(
+            [
+                f"asked.matches({string('^[0-9]+$')})",
+                "(size(asked) > 18 || int(asked) > 1)",
+                placement.gives_less("asked"),
+            ]
         ),
     )

@@ -6,18 +6,17 @@ so the API server stores the same Pod whichever engine ran.
 
 from __future__ import annotations
 
-from ..admission import APPLIED
+from .. import cel
+from ..cel import Expr, jsonpatch, string, variable
 from ..config import Config
+from ..contract import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
 from ..patch import escape_pointer_token
-from . import expr
 from .decision import (
-    CONTAINER_KINDS,
     REQUIRED_AFFINITY,
     containers_of,
     gpu_requested,
     required_node_terms,
 )
-from .expr import Expr, jsonpatch, string, variable
 from .placement import PlacementCel
 
 _BACKSLASH, _QUOTE = "\\", '"'
@@ -32,8 +31,8 @@ def resource_operations(container: Expr, path: Expr, gpu: str, resource: str | N
     quantity = variable("quantity")
     target = gpu if resource is None else resource
     gpu_key, target_key = string(gpu), string(target)
-    requests = expr.optional_map(f"{container}.?resources.?requests")
-    limits = expr.optional_map(f"{container}.?resources.?limits")
+    requests = cel.optional_map(f"{container}.?resources.?requests")
+    limits = cel.optional_map(f"{container}.?resources.?limits")
 
     def field_path(field: str, key: str) -> Expr:
         return f"{path} + {string(f'/resources/{field}/' + escape_pointer_token(key))}"
@@ -43,22 +42,22 @@ def resource_operations(container: Expr, path: Expr, gpu: str, resource: str | N
         replace = jsonpatch("replace", field_path(field, target), quantity)
         differs = f"string({values}[{target_key}]) != {quantity}"
         if resource is None:
-            parts.append(expr.if_else(f"{gpu_key} in {values} && {differs}", f"[{replace}]", "[]"))
+            parts.append(cel.if_else(f"{gpu_key} in {values} && {differs}", f"[{replace}]", "[]"))
         else:
             rename = [
                 jsonpatch("remove", field_path(field, gpu)),
                 jsonpatch("add", field_path(field, target), quantity),
             ]
             parts.append(
-                expr.if_else(
+                cel.if_else(
                     f"{gpu_key} in {values}",
                     "[" + ", ".join(rename) + "]",
-                    expr.if_else(f"{target_key} in {values} && {differs}", f"[{replace}]", "[]"),
+                    cel.if_else(f"{target_key} in {values} && {differs}", f"[{replace}]", "[]"),
                 )
             )
     # The API server requires a limit for extended resources: a request-only GPU
     # container gets one.
-    add_limit = expr.if_else(
+    add_limit = cel.if_else(
         f"has({container}.resources.limits)",
         jsonpatch("add", field_path("limits", target), quantity),
         jsonpatch(
@@ -66,13 +65,13 @@ def resource_operations(container: Expr, path: Expr, gpu: str, resource: str | N
         ),
     )
     parts.append(
-        expr.if_else(
+        cel.if_else(
             f"{gpu_key} in {requests} && !({gpu_key} in {limits}) && !({target_key} in {limits})",
             f"[{add_limit}]",
             "[]",
         )
     )
-    return expr.concat(parts)
+    return cel.concat(parts)
 
 
 def gpu_containers(config: Config, root: str = "object") -> Expr:
@@ -81,9 +80,9 @@ def gpu_containers(config: Config, root: str = "object") -> Expr:
     Each is `{"path": JSON pointer, "name": name or kind[index], "container": object}`.
     """
     lists = []
-    for kind in CONTAINER_KINDS:
+    for kind in CONTAINER_LISTS:
         path = f"{string(f'/spec/{kind}/')} + string(index)"
-        name = expr.if_else(
+        name = cel.if_else(
             "container.?name.orValue('') != ''",
             "container.name",
             f"{string(kind + '[')} + string(index) + {string(']')}",
@@ -93,7 +92,7 @@ def gpu_containers(config: Config, root: str = "object") -> Expr:
             f"{containers_of(kind, root)}.transformList(index, container, "
             f"{gpu_requested('container', config.gpu_resource)}, {entry})"
         )
-    return expr.concat(lists)
+    return cel.concat(lists)
 
 
 def all_resource_operations(config: Config, placement: PlacementCel) -> Expr:
@@ -109,7 +108,7 @@ def all_resource_operations(config: Config, placement: PlacementCel) -> Expr:
     elif renamed == "false":
         body = operations(None)
     else:
-        body = expr.if_else(renamed, operations(placement.resource), operations(None))
+        body = cel.if_else(renamed, operations(placement.resource), operations(None))
     return f"{variable('gpuContainers')}.map(found, {body}).flatten()"
 
 
@@ -119,10 +118,10 @@ def node_selector_operations() -> Expr:
     whole = jsonpatch("add", string("/spec/nodeSelector"), selector)
     each = jsonpatch("add", f"{string('/spec/nodeSelector/')} + jsonpatch.escapeKey(key)", "value")
     differs = "!(key in object.spec.nodeSelector) || object.spec.nodeSelector[key] != value"
-    return expr.if_else(
+    return cel.if_else(
         f"size({selector}) == 0",
         "[]",
-        expr.if_else(
+        cel.if_else(
             "has(object.spec.nodeSelector)",
             f"{selector}.transformList(key, value, {differs}, {each})",
             f"[{whole}]",
@@ -133,8 +132,8 @@ def node_selector_operations() -> Expr:
 def asked_quantity(gpu_resource: str) -> Expr:
     """CEL for patch.asked_quantity of `found` (a gpuContainers entry): limit, else request."""
     gpu = string(gpu_resource)
-    return expr.if_else(
-        f"{gpu} in {expr.optional_map('found.container.?resources.?limits')}",
+    return cel.if_else(
+        f"{gpu} in {cel.optional_map('found.container.?resources.?limits')}",
         f"string(found.container.resources.limits[{gpu}])",
         f"string(found.container.resources.requests[{gpu}])",
     )
@@ -150,7 +149,7 @@ def absent_labels_operations() -> Expr:
     required_path = f"/spec/affinity/nodeAffinity/{REQUIRED_AFFINITY}"
     terms = required_node_terms()
     term_path = f"{string(required_path + '/nodeSelectorTerms/')} + string(index)"
-    extend = expr.if_else(
+    extend = cel.if_else(
         "size(term.?matchExpressions.orValue([])) > 0",
         "wanted.map(e, "
         + jsonpatch("add", f"{term_path} + {string('/matchExpressions/-')}", "e")
@@ -159,24 +158,24 @@ def absent_labels_operations() -> Expr:
     )
     required = '{"nodeSelectorTerms": [{"matchExpressions": wanted}]}'
     node_affinity = f"{{{string(REQUIRED_AFFINITY)}: {required}}}"
-    added = expr.if_else(
+    added = cel.if_else(
         "!has(object.spec.affinity)",
         "["
         + jsonpatch("add", string("/spec/affinity"), f'{{"nodeAffinity": {node_affinity}}}')
         + "]",
-        expr.if_else(
+        cel.if_else(
             "!has(object.spec.affinity.nodeAffinity)",
             "[" + jsonpatch("add", string("/spec/affinity/nodeAffinity"), node_affinity) + "]",
             "[" + jsonpatch("add", string(required_path), required) + "]",
         ),
     )
-    body = expr.if_else(
+    body = cel.if_else(
         f"size({terms}) > 0",
         f"{terms}.transformList(index, term, true, {extend}).flatten()",
         added,
     )
     wanted = f'{absent}.map(k, {{"key": string(k), "operator": "DoesNotExist"}})'
-    return expr.if_else(f"size({absent}) == 0", "[]", expr.let("wanted", wanted, body))
+    return cel.if_else(f"size({absent}) == 0", "[]", cel.let("wanted", wanted, body))
 
 
 def original_entries(config: Config) -> Expr:
@@ -196,10 +195,11 @@ def original_entries(config: Config) -> Expr:
 
 
 def record(backend: str) -> Expr:
-    """CEL for the decision record, byte for byte the webhook's compact JSON."""
-    before_slices = '{"slices":'
-    before_source = ',"source":'
-    before_original = f',"backend":"{backend}","original":{{'
+    """CEL for the decision record, byte for byte DecisionRecord.encode()."""
+    slices, source, backend_field, original = map(json_string, DecisionRecord.__struct_fields__)
+    before_slices = "{" + slices + ":"
+    before_source = "," + source + ":"
+    before_original = f",{backend_field}:{json_string(backend)},{original}:{{"
     return (
         f"{string(before_slices)} + string({variable('slices')}) + "
         f"{string(before_source)} + {variable('sourceJson')} + {string(before_original)} + "
@@ -211,14 +211,14 @@ def patch(config: Config, placement: PlacementCel) -> Expr:
     """The JSONPatch mutation: resources, nodeSelector, then the record annotation."""
     record_value = variable("record")
     # An enrolled Pod may have no annotations at all: then the whole map is added.
-    annotation = expr.if_else(
+    annotation = cel.if_else(
         "has(object.metadata.annotations)",
         jsonpatch(
             "add", string("/metadata/annotations/" + escape_pointer_token(APPLIED)), record_value
         ),
         jsonpatch("add", string("/metadata/annotations"), f"{{{string(APPLIED)}: {record_value}}}"),
     )
-    return expr.concat(
+    return cel.concat(
         [
             all_resource_operations(config, placement),
             node_selector_operations(),

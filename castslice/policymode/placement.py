@@ -7,11 +7,11 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
-from ..admission import _share as share_text
+from .. import cel
 from ..backends import Placement, backend_for, sharing_degree
+from ..cel import Expr, literal, string, variable
 from ..config import Config
-from . import expr
-from .expr import Expr, literal, string, variable
+from ..slices import share_text
 
 Variables = list[tuple[str, Expr]]
 
@@ -31,7 +31,8 @@ class PlacementCel:
         per_gpu = config.slices_per_gpu
         # s = S // d reaches every degree d the backend can ever choose (d <= S).
         self.sharing: dict[int, Placement] = {}
-        if self.backend.name != "resource":
+        self.counts_slices = self.backend.policy_arithmetic() == "slice-count"
+        if not self.counts_slices:
             for offered in config.sharing_degrees:
                 if offered <= per_gpu:
                     slices = per_gpu // offered
@@ -40,11 +41,11 @@ class PlacementCel:
                         self.sharing[degree] = self.backend.place(slices)
         self.whole = self.backend.place(per_gpu)
         self.resource = self._one_value(
-            {p.resource for p in self.sharing.values()} or {self.config.shared_resource}
+            {p.resource for p in self.sharing.values()} or {self.backend.shared_resource}
         )
 
     def renamed(self) -> Expr:
-        if self.backend.name == "resource":
+        if self.counts_slices:
             return "true"
         renames = self.resource != self.gpu and bool(self.sharing)
         if self.whole.resource != self.gpu:
@@ -54,7 +55,7 @@ class PlacementCel:
     def variables(self) -> Variables:
         slices = variable("slices")
         per_gpu = self.config.slices_per_gpu
-        if self.backend.name == "resource":
+        if self.counts_slices:
             return [
                 ("quantity", f"string({slices})"),
                 ("selector", "{}"),
@@ -71,22 +72,22 @@ class PlacementCel:
             # The largest offered degree M with M <= floor(S / s); 0 means whole GPUs.
             (
                 "degree",
-                expr.if_else(
+                cel.if_else(
                     f"{slices} < {per_gpu}",
                     f"{degrees}.filter(d, d <= {per_gpu} / {slices})[?0].orValue(0)",
                     "0",
                 ),
             ),
             ("wholeGpus", f"({slices} + {per_gpu - 1}) / {per_gpu}"),
-            ("quantity", expr.if_else(f"{degree} > 0", string(quantity), f"string({whole})")),
+            ("quantity", cel.if_else(f"{degree} > 0", string(quantity), f"string({whole})")),
             (
                 "selector",
-                expr.if_else(f"{degree} > 0", f"{_int_keyed(selectors)}[{degree}]", whole_selector),
+                cel.if_else(f"{degree} > 0", f"{_int_keyed(selectors)}[{degree}]", whole_selector),
             ),
             (
                 # Node labels the Pod's node must not carry (GKE: whole GPUs off sharing nodes).
                 "absentLabels",
-                expr.if_else(
+                cel.if_else(
                     f"{degree} > 0",
                     literal(list(self._one_absent(list(self.sharing.values())))),
                     literal(list(self.whole.absent_node_labels)),
@@ -94,26 +95,28 @@ class PlacementCel:
             ),
             (
                 "share",
-                expr.if_else(
-                    f"{degree} > 0", f"{_int_keyed(shares)}[{degree}]", whole_share(whole)
-                ),
+                cel.if_else(f"{degree} > 0", f"{_int_keyed(shares)}[{degree}]", whole_share(whole)),
             ),
         ]
 
     def gives_less(self, asked: Expr) -> Expr:
         """CEL: the share is less than `asked` GPUs (`asked`: ASCII digits, no leading zero)."""
-        if self.backend.name == "resource":
+        if self.counts_slices:
             # More digits than the largest slice count: the ask exceeds any share.
             digits = len(str(self.config.max_slice_ratio))
-            return expr.any_of(
-                f"size({asked}) > {digits}",
-                f"{variable('slices')} < int({asked}) * {self.config.slices_per_gpu}",
+            return cel.any_of(
+                [
+                    f"size({asked}) > {digits}",
+                    f"{variable('slices')} < int({asked}) * {self.config.slices_per_gpu}",
+                ]
             )
         # Every sharing placement is under one GPU, so below any ask of 2 or more.
-        return expr.any_of(
-            f"{variable('degree')} > 0",
-            f"size({asked}) > 18",
-            f"{variable('wholeGpus')} < int({asked})",
+        return cel.any_of(
+            [
+                f"{variable('degree')} > 0",
+                f"size({asked}) > 18",
+                f"{variable('wholeGpus')} < int({asked})",
+            ]
         )
 
     def _one_absent(self, placements: list[Placement]) -> tuple[str, ...]:
@@ -139,10 +142,10 @@ def fraction_share(slices: Expr, per_gpu: int) -> Expr:
     """CEL for the text of Fraction(slices, per_gpu) of a GPU, in lowest terms."""
     divisors = [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]
     common = f"{literal(divisors)}.filter(d, {slices} % d == 0)[0]"
-    return expr.let(
+    return cel.let(
         "g",
         common,
-        expr.if_else(
+        cel.if_else(
             f"g == {per_gpu}",
             whole_share(f"({slices} / g)"),
             f"string({slices} / g) + {string('/')} + string({per_gpu} / g) + {string(' of a GPU')}",
@@ -152,7 +155,7 @@ def fraction_share(slices: Expr, per_gpu: int) -> Expr:
 
 def whole_share(gpus: Expr) -> Expr:
     """CEL for the text of `gpus` whole GPUs."""
-    plural = expr.if_else(f"{gpus} > 1", string("s"), string(""))
+    plural = cel.if_else(f"{gpus} > 1", string("s"), string(""))
     return f"string({gpus}) + {string(' GPU')} + {plural}"
 
 

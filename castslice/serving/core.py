@@ -16,9 +16,10 @@ from collections.abc import Callable
 import msgspec
 
 from .. import __version__
-from ..admission import Outcome, PodAdmission
+from ..admission import Admission
 from ..config import Config
 from ..log import write_log, write_record
+from ..outcome import Outcome
 from ..review import (
     AdmissionRequest,
     InvalidReview,
@@ -74,7 +75,7 @@ class Webhook:
         log_review: Callable[[ReviewRecord], None] = write_record,
     ) -> None:
         self.config = config
-        self.admission = PodAdmission(config)
+        self.admission = Admission(config)
         self._log = log
         self._log_review = log_review
         self._health = encode_json({"status": "ok", "name": "castslice", "version": __version__})

@@ -23,7 +23,8 @@ import yaml
 
 import castslice.tls
 from castslice import __version__
-from castslice.config import Config, load_config
+from castslice.config import Config
+from castslice.environment import load_config
 from tests.helm import (
     CHART,
     Objects,
@@ -166,7 +167,7 @@ def test_the_default_values_are_the_applications_defaults(helm: Path, tmp_path: 
     environment = container_environment(objects, container)
     del environment["CASTSLICE_POLICY_FILE"]
     environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
-    assert load_config(environment) == Config()
+    assert load_config(environment) == load_config({})
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from castslice.backends import backend_for
-from castslice.config import SHARING_STRATEGIES, load_config
+from castslice.config import SHARING_STRATEGIES
+from castslice.environment import load_config
 
 from .variants import INFRA
 

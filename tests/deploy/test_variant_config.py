@@ -21,7 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice.config import Config, load_config
+from castslice.config import Config
+from castslice.environment import load_config
 
 from .conftest import kubectl
 from .variants import (

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.admission import APPLIED
 from castslice.config import Config
+from castslice.contract import APPLIED
 
 from .pods import GPU, IMAGE, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, Manifest, container, pod
 

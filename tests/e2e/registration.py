@@ -12,7 +12,8 @@ from typing import Any
 
 import kubernetes.client
 
-from castslice.config import Config, load_config
+from castslice.config import Config
+from castslice.environment import load_config
 from castslice.registration import DEFAULT_NAME, POD_WEBHOOK, webhook_configuration
 
 from ..procs import wait_until

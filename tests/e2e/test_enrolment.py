@@ -16,8 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from castslice.enrolment import Policy, decide
+from castslice.enrolment import decide
 from castslice.patch import gpu_containers
+from castslice.rules import Policy
 
 from .castslice_server import CastSliceServer, StartServer
 from .pods import (

@@ -17,12 +17,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.admission import APPLIED, PodAdmission
-from castslice.config import load_config
+from castslice.admission import Admission
+from castslice.contract import APPLIED
+from castslice.environment import load_config
 from castslice.policymode import render
-from castslice.policymode.manifests import WARNING_SLOTS
 from castslice.policymode.messages import shorten as cel_shorten
-from castslice.registration import pod_match_conditions
+from castslice.policymode.policies import WARNING_SLOTS
+from castslice.selection import pod_match_conditions
 from castslice.slices import shorten
 
 from . import celeval
@@ -72,7 +73,7 @@ def webhook_result(
         "namespace": namespace,
         "object": manifest,
     }
-    response = PodAdmission(config).review(copy.deepcopy(request)).response
+    response = Admission(config).review(copy.deepcopy(request)).response
     stored = copy.deepcopy(manifest)
     if "patch" in response:
         stored = jsonpatch.apply_patch(stored, json.loads(response["patch"]))
@@ -168,7 +169,7 @@ def test_a_pod_given_what_it_asked_for_never_runs_the_warning_validations(backen
     warned = celeval.run_policy(warning, admitted, requests)
     audited = celeval.run_policy(audit, admitted, requests)
     for shape, run, audit_run in zip(shapes, warned, audited, strict=True):
-        expected = PodAdmission(config).review(
+        expected = Admission(config).review(
             {"uid": "u", "operation": "CREATE", "kind": _POD_KIND, "object": shape}
         )
         assert audit_run.audit == expected.response["auditAnnotations"]
@@ -238,7 +239,7 @@ def test_both_engines_warn_alike_about_workloads(backend: str) -> None:
         expected: list[str] = []
         if run.matched:
             review = {"uid": "u", **request, "object": copy.deepcopy(workload)}
-            response = PodAdmission(config).review(review).response
+            response = Admission(config).review(review).response
             assert "patch" not in response
             expected = response.get("warnings", [])
         if (run.messages or []) != expected:

@@ -34,11 +34,12 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from castslice.admission import APPLIED
-from castslice.config import Config, load_config
+from castslice.config import Config
+from castslice.contract import APPLIED
+from castslice.environment import load_config
 from castslice.policymode import WARNING_PREFIX, render_yaml
-from castslice.policymode.manifests import WARNING_SLOTS
-from castslice.policymode.manifests import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
+from castslice.policymode.policies import WARNING_SLOTS
+from castslice.policymode.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
 
 from ..procs import wait_until
 from .castslice_server import StartServer

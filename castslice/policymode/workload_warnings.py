@@ -9,32 +9,35 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from ..admission import APPLIED
+from .. import cel
+from ..cel import Expr, literal, string, variable
 from ..config import Config
-from ..kube import WORKLOAD_TEMPLATES
-from ..registration import (
-    DEFAULT_NAMESPACE,
-    namespace_selector,
-    workload_rules,
-    workload_webhook,
+from ..contract import (
+    ANNOTATION_PREFIX,
+    APPLIED,
+    MIRROR,
+    OPTIMIZE,
+    USER_ANNOTATIONS,
+    WORKLOAD_KINDS,
+    TemplateLocation,
+    WorkloadKind,
 )
-from ..slices import MAX_WARNING_LENGTH, MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
+from ..registration import WORKLOAD_WEBHOOK
+from ..selection import namespace_selector, workload_match_conditions, workload_rules
+from ..slices import MAX_WARNING_LENGTH
 from ..slices import clip as clip_text
-from ..workloads import PREFIX
-from . import expr, messages
+from . import messages
 from .decision import Variables, placed_by_hand, slice_variables
-from .expr import Expr, literal, string, variable
 from .mutation import asked_quantity, gpu_containers
 from .placement import PlacementCel
 
-NAME = "workloads.castslice.castops.io"
+NAME = WORKLOAD_WEBHOOK
 POD = "variables.pod"
-_KNOWN_KEYS = (OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO)
 
 
 def shown_key(key: Expr) -> Expr:
     """CEL for workloads._key: CastSlice's own keys as they are, any other shortened."""
-    return expr.if_else(f"{key} in {literal(list(_KNOWN_KEYS))}", key, messages.shorten(key))
+    return cel.if_else(f"{key} in {literal(list(USER_ANNOTATIONS))}", key, messages.shorten(key))
 
 
 def our_keys(annotations: Expr) -> Expr:
@@ -42,23 +45,49 @@ def our_keys(annotations: Expr) -> Expr:
 
     The API server sends objects with map keys sorted; CEL's map order is not defined.
     """
-    return f"{annotations}.filter(key, key.startsWith({string(PREFIX)})).sort()"
+    return f"{annotations}.filter(key, key.startsWith({string(ANNOTATION_PREFIX)})).sort()"
 
 
-def template_paths() -> tuple[str, str]:
-    """Where Deployments & co. and CronJobs keep their Pod template, as dotted paths."""
-    paths = {".".join(path) for path in WORKLOAD_TEMPLATES.values()}
-    cron = ".".join(WORKLOAD_TEMPLATES[("batch", "v1", "CronJob")])
-    (other,) = paths - {cron}
-    return other, cron
+def rendered_kinds() -> tuple[WorkloadKind, ...]:
+    """The workload kinds policy mode warns about: those with one Pod template at a fixed
+    path. Kinds whose templates sit in maps or lists are left to the webhook."""
+    return tuple(
+        kind
+        for kind in WORKLOAD_KINDS
+        if len(kind.templates) == 1 and not kind.templates[0].has_wildcards
+    )
+
+
+def template_groups() -> list[tuple[TemplateLocation, list[str]]]:
+    """Each template location of the rendered kinds with the kinds that have it; the first
+    kind's location first (the fallback the CEL chooses when no other kind matches)."""
+    groups: dict[TemplateLocation, list[str]] = {}
+    for kind in rendered_kinds():
+        groups.setdefault(kind.templates[0], []).append(kind.kind)
+    return list(groups.items())
+
+
+def _is_kind(kinds: list[str]) -> Expr:
+    if len(kinds) == 1:
+        return f"request.kind.kind == {string(kinds[0])}"
+    return f"request.kind.kind in {literal(kinds)}"
+
+
+def _by_kind(choices: list[tuple[list[str], Expr]]) -> Expr:
+    """CEL choosing the expression of the request's kind; the first choice is the fallback."""
+    (_, chosen), *others = choices
+    for kinds, expression in reversed(others):
+        chosen = cel.if_else(_is_kind(kinds), expression, chosen)
+    return chosen
+
+
+def _optional_path(dotted: str) -> Expr:
+    return "object.?" + dotted.replace(".", ".?")
 
 
 def workload_variables(config: Config, placement: PlacementCel) -> Variables:
-    other, cron = template_paths()
-    is_cron = f"request.kind.kind == {string('CronJob')}"
-    template = expr.if_else(
-        is_cron, "object.?" + cron.replace(".", ".?"), "object.?" + other.replace(".", ".?")
-    )
+    groups = template_groups()
+    template = _by_kind([(kinds, _optional_path(location.dotted())) for location, kinds in groups])
     annotations = variable("annotations")
     optimize = f"{annotations}[?{string(OPTIMIZE)}]"
     gpu = variable("gpuContainers")
@@ -89,13 +118,13 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
             f"{string(APPLIED)} in {annotations}",
         ),
         (
-            # What the Pod review of the template warns about (admission.PodAdmission.review).
+            # What the Pod review of the template warns about (admission.Admission.review).
             "podWarnings",
             f"{messages.annotation_warnings(config)} + "
-            + expr.if_else(
+            + cel.if_else(
                 f"size({gpu}) == 0",
                 "[]",
-                expr.if_else(
+                cel.if_else(
                     f"size({hand_placed}) > 0",
                     f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
                     f"{gpu}.filter(found, {messages.less_than_asked(placement, asked)})"
@@ -103,21 +132,21 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
                 ),
             ),
         ),
-        ("misplaced", _misplaced(is_cron, other, cron)),
+        ("misplaced", _misplaced(groups)),
         ("skippedWarnings", _skipped()),
         (
             "warnings",
-            expr.if_else(
+            cel.if_else(
                 f"!{variable('hasTemplate')}",
                 "[]",
                 f"({variable('misplaced')} + "
-                + expr.if_else(
+                + cel.if_else(
                     variable("skipped"),
                     variable("skippedWarnings"),
                     f"{variable('podWarnings')} + "
-                    + expr.if_else(f"size({gpu}) == 0", f"[{string(_no_gpu(config))}]", "[]"),
+                    + cel.if_else(f"size({gpu}) == 0", f"[{string(_no_gpu(config))}]", "[]"),
                 )
-                + f").map(w, {expr.clip('w', MAX_WARNING_LENGTH)})",
+                + f").map(w, {cel.clip('w', MAX_WARNING_LENGTH)})",
             ),
         ),
     ]
@@ -130,12 +159,12 @@ def _no_gpu(config: Config) -> str:
     )
 
 
-def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
+def _misplaced(groups: list[tuple[TemplateLocation, list[str]]]) -> Expr:
     """CEL list for workloads._misplaced: our annotations above the template never reach Pods."""
     template_annotations = variable("annotations")
 
     def ignored(metadata: Expr, where: Expr, destination: str) -> Expr:
-        keys = our_keys(expr.optional_map(f"{metadata}.?annotations"))
+        keys = our_keys(cel.optional_map(f"{metadata}.?annotations"))
         return (
             f"{keys}.filter(key, !(key in {template_annotations})).map(key, "
             f"{shown_key('key')} + {string(' on ')} + {where} + "
@@ -143,40 +172,40 @@ def _misplaced(is_cron: Expr, other: str, cron: str) -> Expr:
         )
 
     workload = f"{string('the ')} + request.kind.kind"
-    return expr.if_else(
-        is_cron,
-        ignored("object.?metadata", workload, f"{cron}.metadata.annotations")
-        + " + "
-        + ignored(
-            "object.?spec.?jobTemplate.?metadata",
-            string("the jobTemplate"),
-            f"{cron}.metadata.annotations",
-        ),
-        ignored("object.?metadata", workload, f"{other}.metadata.annotations"),
-    )
+
+    def of_location(location: TemplateLocation) -> Expr:
+        destination = f"{location.dotted()}.metadata.annotations"
+        places = [ignored("object.?metadata", workload, destination)]
+        places += [
+            ignored(_optional_path(".".join((*path, "metadata"))), string(name), destination)
+            for name, path in location.between
+        ]
+        return " + ".join(places)
+
+    return _by_kind([(kinds, of_location(location)) for location, kinds in groups])
 
 
 def _skipped() -> Expr:
     """CEL list for workloads._skipped: why an annotated template's Pods stay unchanged."""
     annotations = variable("annotations")
     optimize = f"{annotations}[?{string(OPTIMIZE)}]"
-    reason = expr.if_else(
+    reason = cel.if_else(
         f"{string(MIRROR)} in {annotations}", string("mirror pod"), string("already applied")
     )
     not_true = string(' is not "true"; the Pods are not sliced')
     shown_value = messages.shorten(optimize + ".value()")
     is_set = string(" is set but " + OPTIMIZE)
     ours = our_keys(annotations)
-    return expr.if_else(
+    return cel.if_else(
         f"{optimize}.orValue('') == {string('true')}",
         f"[{string('castslice leaves the Pods of this template unchanged: ')} + {reason}]",
-        expr.if_else(
+        cel.if_else(
             f"{optimize}.orValue('') == {string('false')}",
             "[]",
-            expr.if_else(
+            cel.if_else(
                 f"{optimize}.hasValue()",
                 f"[{string(OPTIMIZE + '=')} + {shown_value} + {not_true}]",
-                expr.if_else(
+                cel.if_else(
                     f"size({ours}) == 0",
                     "[]",
                     f"[{shown_key(ours + '[0]')} + {is_set} + {not_true}]",
@@ -188,13 +217,12 @@ def _skipped() -> Expr:
 
 def match_resources() -> dict:
     return {
-        "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
+        "namespaceSelector": namespace_selector(),
         "matchPolicy": "Equivalent",
-        "resourceRules": workload_rules(),
+        "resourceRules": workload_rules(rendered_kinds()),
     }
 
 
 def conditions() -> list[tuple[str, Expr]]:
     """The workload webhook's own matchConditions: only annotated workloads are reviewed."""
-    hook = workload_webhook(client={}, namespaces={})
-    return [(c["name"], c["expression"]) for c in hook["matchConditions"]]
+    return [(c["name"], c["expression"]) for c in workload_match_conditions()]

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import cel, registration
-from ..admission import APPLIED
+from .. import cel, selection
+from ..cel import Expr, string, variable
 from ..config import Config
-from ..registration import DEFAULT_NAMESPACE, namespace_selector, pod_match_conditions
-from ..slices import SLICE_RATIO, WORKLOAD_TYPE
-from . import expr, messages, workloads
+from ..contract import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from ..registration import POD_WEBHOOK
+from ..selection import namespace_selector, pod_match_conditions, pod_rules
+from . import messages
+from . import workload_warnings as workloads
 from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
-from .expr import Expr, string, variable
 from .mutation import gpu_containers, original_entries, patch, record
 from .placement import PlacementCel
 
@@ -35,7 +36,7 @@ Manifest = dict[str, Any]
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The webhook's name: the audit policy's annotations then carry the same keys as
 # the webhook's (`pods.castslice.castops.io/slices`).
-NAME = "pods.castslice.castops.io"
+NAME = POD_WEBHOOK
 WARNINGS_NAME = "pod-warnings.castslice.castops.io"
 LABELS = {"app.kubernetes.io/name": "castslice", "app.kubernetes.io/component": "policy"}
 MINIMUM_KUBERNETES = "1.36"
@@ -50,7 +51,7 @@ WARNING_PREFIX = (
 )
 WORKLOAD_WARNING_PREFIX = WARNING_PREFIX.replace(WARNINGS_NAME, workloads.NAME)
 
-_RECORD_MEMBERS = '"original":{'
+_RECORD_MEMBERS = json_string("original") + ":{"
 # A member of the record's `original` whose quantity is not exactly "1": only such a
 # container can have been given less than it asked for (a whole number above 1).
 _ASKED_MORE_THAN_ONE = r'(?s)"original":\{.*":"([^1"]|1[^"])'
@@ -90,32 +91,26 @@ def may_warn(config: Config, placement: PlacementCel, annotations: Expr) -> Expr
         if placement.placement_keys
         else "false"
     )
-    return expr.any_of(
-        f"{ratio} in {annotations}",
-        f"({kind} in {annotations} && !({annotations}[{kind}] in "
-        f"{expr.literal(list(config.presets))}))",
-        expr.if_else(
-            f"{applied} in {annotations}",
-            f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
-            hand_placed,
-        ),
+    return cel.any_of(
+        [
+            f"{ratio} in {annotations}",
+            f"({kind} in {annotations} && !({annotations}[{kind}] in "
+            f"{cel.literal(list(config.presets))}))",
+            cel.if_else(
+                f"{applied} in {annotations}",
+                f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
+                hand_placed,
+            ),
+        ]
     )
 
 
 def _match_resources() -> Manifest:
     """As the Pod webhook's rules: CREATE of core v1 Pods, outside the excluded namespaces."""
     return {
-        "namespaceSelector": namespace_selector(DEFAULT_NAMESPACE),
+        "namespaceSelector": namespace_selector(),
         "matchPolicy": "Equivalent",
-        "resourceRules": [
-            {
-                "operations": ["CREATE"],
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "scope": "*",
-            }
-        ],
+        "resourceRules": pod_rules(),
     }
 
 
@@ -130,13 +125,13 @@ def validated_pod_conditions(config: Config) -> list[tuple[str, Expr]]:
     policy = config.policy
     if policy is None or not policy.enrols_anyone:
         return pod_conditions(config)
-    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
-    reviewed = cel.any_of([registration.requests_gpu(config.gpu_resource), recorded])
-    enrolled = cel.all_of([reviewed, registration.policy_enrols(policy)])
+    recorded = cel.has_key(selection.ANNOTATIONS, APPLIED)
+    reviewed = cel.any_of([selection.requests_gpu(config.gpu_resource), recorded])
+    enrolled = cel.all_of([reviewed, selection.policy_enrols(policy)])
     return [
-        ("not-opted-out", registration.not_opted_out()),
-        ("opted-in-or-enrolled", cel.any_of([registration.opted_in(), enrolled])),
-        ("not-a-mirror-pod", registration.not_a_mirror_pod()),
+        ("not-opted-out", selection.not_opted_out()),
+        ("opted-in-or-enrolled", cel.any_of([selection.opted_in(), enrolled])),
+        ("not-a-mirror-pod", selection.not_a_mirror_pod()),
     ]
 
 
@@ -211,7 +206,7 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
             f"{string(APPLIED)} in {annotations} && !{variable('recordedByUser')}",
         ),
         ("handPlaced", placed_by_hand(placement.placement_keys)),
-        ("members", expr.if_else(variable("mutated"), members, "[]")),
+        ("members", cel.if_else(variable("mutated"), members, "[]")),
         (
             "lessThanAsked",
             f"{variable('members')}.filter(entry, {less}).map(entry, "
@@ -219,14 +214,14 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
         ),
         (
             "warnings",
-            expr.if_else(
+            cel.if_else(
                 f"{string(APPLIED)} in {annotations} && {variable('recordedByUser')}",
                 "[]",
                 f"{messages.annotation_warnings(config)} + "
-                + expr.if_else(
+                + cel.if_else(
                     variable("mutated"),
                     variable("lessThanAsked"),
-                    expr.if_else(
+                    cel.if_else(
                         f"size({hand_placed}) > 0 && {any_gpu_container(config.gpu_resource)}",
                         f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
                         "[]",
@@ -245,7 +240,7 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
         ("slice-source", variable("source")),
         ("backend", string(config.backend)),
     ]
-    recorded = cel.has_key(registration.ANNOTATIONS, APPLIED)
+    recorded = cel.has_key(selection.ANNOTATIONS, APPLIED)
     return _manifest(
         "ValidatingAdmissionPolicy",
         NAME,
@@ -274,7 +269,7 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
 def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
     """The webhook's warnings on Pods, for the Pods that can get any."""
     placement = PlacementCel(config)
-    annotations = expr.optional_map("object.?metadata.?annotations")
+    annotations = cel.optional_map("object.?metadata.?annotations")
     return _manifest(
         "ValidatingAdmissionPolicy",
         WARNINGS_NAME,
@@ -283,7 +278,7 @@ def warning_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
             "matchConstraints": _match_resources(),
             "matchConditions": _conditions(
                 *validated_pod_conditions(config),
-                ("may-warn", expr.let("a", annotations, may_warn(config, placement, "a"))),
+                ("may-warn", cel.let("a", annotations, may_warn(config, placement, "a"))),
             ),
             "variables": _variables(
                 [*decision_variables(config, placement), *warning_variables(config, placement)]
