@@ -11,6 +11,7 @@ import msgspec
 
 from .contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates_at
 from .kube import Pod, PodTemplateSpec, Workload
+from .operator_kinds import KIND_NAMES, OperatorResource, operator_kind
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -26,7 +27,7 @@ class GroupVersionKind(TypedDict, total=False):
 POD_KIND: GroupVersionKind = {"group": "", "version": "v1", "kind": "Pod"}
 
 # The object's shape: a Pod, or a workload whose Pod template is read.
-ObjectT = TypeVar("ObjectT", Pod, Workload)
+ObjectT = TypeVar("ObjectT", Pod, Workload, OperatorResource)
 
 
 class AdmissionRequest(TypedDict, Generic[ObjectT], total=False):
@@ -99,6 +100,10 @@ def decode_review(body: bytes) -> AdmissionRequest:
         raise InvalidReview("the JSON body is nested too deeply") from None
     except msgspec.ValidationError as error:
         if "at `$.request.object" in str(error):
+            # An operator's resource may have fields named like a Pod's, with other types.
+            operator_request = _operator_request(body)
+            if operator_request is not None:
+                return operator_request
             raise UnreadableObject(_uid_of(body), str(error)) from None
         raise InvalidReview(f"not an AdmissionReview: {error}") from None
     except msgspec.DecodeError as error:
@@ -122,6 +127,8 @@ def decode_review(body: bytes) -> AdmissionRequest:
         )
         if workload is not None:
             return _workload_request(body, request["uid"], workload)
+    if object_kind is not None and object_kind.get("kind") in KIND_NAMES:
+        return _operator_request(body) or request
     return request
 
 
@@ -175,6 +182,32 @@ def _templated_request(body: bytes, uid: str, workload: WorkloadKind) -> Admissi
                 parent = parent[int(key)] if isinstance(parent, list) else parent[key]
             parent[path[-1] if isinstance(parent, dict) else int(path[-1])] = typed
     request["object"] = workload_object
+    return request
+
+
+class _IncomingOperatorReview(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    request: AdmissionRequest[OperatorResource] | None
+
+
+_operator_review_decoder = msgspec.json.Decoder(_IncomingOperatorReview)
+
+
+def _operator_request(body: bytes) -> AdmissionRequest[OperatorResource] | None:
+    """The request of an operator's resource, read whole; None when it is not one."""
+    try:
+        review = _operator_review_decoder.decode(body)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        return None
+    request = review.get("request") or {}
+    kind = request.get("kind") or {}
+    if not request.get("uid") or (
+        operator_kind(kind.get("group"), kind.get("version"), kind.get("kind")) is None
+    ):
+        return None
     return request
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import msgspec
+
 from .contract import (
     ANNOTATION_PREFIX,
     OPTIMIZE,
@@ -21,7 +23,15 @@ from .contract import (
     templates_at,
     workload_kind,
 )
-from .kube import ObjectMeta, Pod, Workload
+from .kube import ObjectMeta, Pod, PodTemplateSpec, Workload
+from .operator_kinds import (
+    OperatorKind,
+    OperatorResource,
+    TemplateSite,
+    operator_kind,
+    template_of,
+    templates,
+)
 from .outcome import Outcome
 from .patch import gpu_containers
 from .review import POD_KIND, AdmissionRequest, GroupVersionKind
@@ -46,7 +56,14 @@ def kind_of(kind: GroupVersionKind | None) -> WorkloadKind | None:
 
 
 def is_workload(kind: GroupVersionKind | None) -> bool:
-    return kind_of(kind) is not None
+    return kind_of(kind) is not None or operator_kind_of(kind) is not None
+
+
+def operator_kind_of(kind: GroupVersionKind | None) -> OperatorKind | None:
+    """The operator's kind `kind` is (PyTorchJob, RayCluster…), or None."""
+    if kind is None:
+        return None
+    return operator_kind(kind.get("group"), kind.get("version"), kind.get("kind"))
 
 
 def pod_templates(
@@ -76,6 +93,9 @@ def check_workload(
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
         return WorkloadCheck([], "not a CREATE or UPDATE")
     gvk = request.get("kind")
+    operator = operator_kind_of(gvk)
+    if operator is not None:
+        return _check_operator_resource(request, operator, review_pod, gpu_resource)
     kind = kind_of(gvk)
     workload: Workload = request.get("object") or {}
     templates = pod_templates(workload, kind) if kind else []
@@ -171,3 +191,152 @@ def _key(key: str) -> str:
 
 def _reason(pods: Outcome) -> str:
     return f"pod template: {pods.reason or pods.decision}"
+
+
+def _review_operator_template(
+    request: AdmissionRequest[Any], pod: Pod, review_pod: Callable[[AdmissionRequest[Pod]], Outcome]
+) -> Outcome:
+    return review_pod(
+        {
+            "uid": request["uid"],
+            "kind": POD_KIND,
+            "operation": "CREATE",
+            "namespace": request.get("namespace"),
+            "object": pod,
+        }
+    )
+
+
+def _operator_template_warnings(
+    pods: Outcome, pod: Pod, gpu_resource: str, label: str = ""
+) -> list[str]:
+    """What the template's Pods will get; `label` names the template when there are several."""
+    annotations = (pod["metadata"] or {}).get("annotations") or {}
+    warnings = list(pods.response.get("warnings", ()))
+    if pods.decision == "skipped":
+        warnings += _skipped(annotations, pods.reason)
+    elif not gpu_containers(pod["spec"] or {}, gpu_resource):
+        return [
+            *(f"{label}: {warning}" if label else warning for warning in warnings),
+            f"{label or 'the Pod template'} is opted in but no container asks for "
+            f"{clip(gpu_resource, 40)}; there is nothing to slice",
+        ]
+    return [f"{label}: {warning}" if label else warning for warning in warnings]
+
+
+# Operators' resources: several templates, found by the walker -----------------------------
+
+
+class OperatorTemplate(NamedTuple):
+    """One template of an operator's resource, as a Pod, or why it cannot be read as one."""
+
+    site: TemplateSite
+    pod: Pod | None
+    problem: str | None = None
+
+
+def operator_templates(
+    operator: OperatorKind, resource: Mapping[str, Any]
+) -> list[OperatorTemplate]:
+    """Each Pod template of `resource`, read as the Pod decision reads a Pod."""
+    own = (
+        ((resource.get("metadata") or {}).get("annotations") or {})
+        if (operator.own_annotations_reach_pods)
+        else None
+    )
+    found = []
+    for site in templates(operator, resource):
+        try:
+            template = msgspec.convert(
+                template_of(site, own), PodTemplateSpec, from_attributes=False
+            )
+        except msgspec.ValidationError as error:
+            detail = str(error).replace("`$.", "`", 1)
+            found.append(OperatorTemplate(site, None, f"unreadable Pod template: {detail}"))
+            continue
+        found.append(OperatorTemplate(site, templated_pod(template)))
+    return found
+
+
+def _check_operator_resource(
+    request: AdmissionRequest[OperatorResource],
+    operator: OperatorKind,
+    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    gpu_resource: str,
+) -> WorkloadCheck:
+    resource: OperatorResource = request.get("object") or {}
+    found = operator_templates(operator, resource)
+    opted_in_keys = {
+        key
+        for template in found
+        if template.pod is not None
+        for key in ((template.pod["metadata"] or {}).get("annotations") or {})
+    }
+    warnings = (
+        []
+        if operator.own_annotations_reach_pods
+        else _ignored_on_resource(resource, operator, opted_in_keys)
+    )
+    if operator.outside_templates and _asks_outside_templates(resource, found, gpu_resource):
+        warnings.append(operator.outside_templates)
+    chosen: Outcome | None = None
+    for template in found:
+        prefix = f"{template.site.label}: " if template.site.label else ""
+        if template.pod is None:
+            warnings.append(prefix + (template.problem or ""))
+            continue
+        pods = _review_operator_template(request, template.pod, review_pod)
+        if chosen is None or (pods.decision == "mutated" and chosen.decision != "mutated"):
+            chosen = pods
+        annotations = (template.pod["metadata"] or {}).get("annotations") or {}
+        if not operator.copies_template_annotations and is_opted_in(annotations):
+            warnings.append(
+                f"{prefix}the {operator.kind} operator does not copy template annotations onto "
+                "its Pods; castslice cannot slice them"
+            )
+            continue
+        warnings += _operator_template_warnings(
+            pods, template.pod, gpu_resource, template.site.label
+        )
+    if chosen is None:
+        return WorkloadCheck([clip(warning) for warning in warnings], "no Pod template")
+    return WorkloadCheck([clip(warning) for warning in warnings], _reason(chosen), chosen)
+
+
+def _ignored_on_resource(
+    resource: OperatorResource, operator: OperatorKind, template_keys: set[str]
+) -> list[str]:
+    annotations = (resource.get("metadata") or {}).get("annotations") or {}
+    ours = [
+        key for key in annotations if key.startswith(ANNOTATION_PREFIX) and key not in template_keys
+    ]
+    if not ours:
+        return []
+    if not operator.templates:
+        return [
+            f"{_key(key)} on the {operator.kind} is ignored; it never reaches the Pods"
+            for key in ours
+        ]
+    return [
+        f"{_key(key)} on the {operator.kind} is ignored; move it to its Pod templates' annotations"
+        for key in ours
+    ]
+
+
+def _asks_outside_templates(
+    resource: Mapping[str, Any], found: list[OperatorTemplate], gpu_resource: str
+) -> bool:
+    """Whether `gpu_resource` is named anywhere in `resource` but in its Pod templates."""
+    inside = {id(template.site.node) for template in found}
+    pending: list[Any] = [resource.get("spec")]
+    while pending:
+        value = pending.pop()
+        if id(value) in inside:
+            continue
+        if isinstance(value, Mapping):
+            if gpu_resource in value:
+                return True
+            pending += value.values()
+        elif isinstance(value, list):
+            pending += value
+    return False

@@ -478,7 +478,7 @@ def test_missing_files_and_empty_directories_are_named(
     )
 
 
-def test_empty_documents_and_unknown_kinds_pass_quietly(
+def test_empty_documents_pass_quietly_and_unknown_kinds_are_not_understood(
     preview: Callable[..., Ran], tmp_path: Path
 ) -> None:
     content = (
@@ -493,9 +493,9 @@ def test_empty_documents_and_unknown_kinds_pass_quietly(
 
     assert ran.code == 0
     assert yaml.safe_load(ran.out) == yaml.safe_load(content.split("---\n")[2])
-    assert (
-        ran.err == "1 object: 0 sliced, 0 left unchanged, 1 passed through (no Pods); 0 warnings; "
-        "resource backend\n"
+    assert ran.err == (
+        "1 object: 0 sliced, 0 left unchanged, 0 passed through (no Pods), "
+        "1 not understood (InferenceService); 0 warnings; resource backend\n"
     )
 
 

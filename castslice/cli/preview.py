@@ -27,10 +27,11 @@ import msgspec
 
 from ..admission import Admission
 from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
+from ..operator_kinds import OperatorKind, node_at, template_of, templates, write_back
 from ..outcome import Outcome
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
 from ..selection import sends_pod, sends_workload
-from ..workloads import kind_of, pod_templates, templated_pod
+from ..workloads import kind_of, operator_kind_of, pod_templates, templated_pod
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 from .settings import config_from
 
@@ -38,7 +39,34 @@ DEFAULT_NAMESPACE = "default"
 _UID = "castslice-preview"
 _OBJECT_PATH = re.compile(r"\$\.request\.object\.?")
 
-Status = Literal["sliced", "unchanged", "passed through"]
+Status = Literal["sliced", "unchanged", "passed through", "not understood"]
+STATUSES: tuple[Status, ...] = ("sliced", "unchanged", "passed through", "not understood")
+# API groups served by Kubernetes itself; an object of any other group is a custom resource.
+BUILT_IN_GROUPS = frozenset(
+    (
+        "",
+        "apps",
+        "batch",
+        "autoscaling",
+        "policy",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    )
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +116,8 @@ class Preview:
     warnings: list[str] = field(default_factory=list)
     # Why the API server would never send it (or its Pods) to CastSlice, when it would not.
     not_sent: str | None = None
+    # Set for an operator's resource (PyTorchJob, RayCluster…), counted by kind in the summary.
+    operator_kind: str | None = None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,9 +169,15 @@ def preview(
             return Preview(reference, manifest, manifest, "unchanged", [], selection.why_not)
         return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
 
+    operator = operator_kind_of(kind)
+    if operator is not None:
+        return _preview_operator_resource(
+            admission, where, manifest, namespace, reference, operator
+        )
     workload = kind_of(kind)
     if workload is None:
-        return Preview(reference, manifest, manifest, "passed through")
+        status: Status = "passed through" if kind["group"] in BUILT_IN_GROUPS else "not understood"
+        return Preview(reference, manifest, manifest, status)
     checked = _review(admission, where, kind, manifest, namespace, "")
     # The workload and the Pods it creates are separate requests, each sent or not on its own.
     sent = sends_workload(manifest, workload.group, workload.version, workload.kind, namespace)
@@ -150,7 +186,7 @@ def preview(
     if not templates:
         return Preview(reference, manifest, manifest, "unchanged", warnings, sent.why_not)
     after = manifest
-    status: Status = "unchanged"
+    status = "unchanged"
     not_sent: str | None = None
     for _, path, template in templates:
         pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
@@ -165,6 +201,36 @@ def preview(
             after = copy.deepcopy(manifest) if after is manifest else after
             _replace_template(after, path, pod_after)
     return Preview(reference, manifest, after, status, warnings, not_sent)
+
+
+def _preview_operator_resource(
+    admission: Admission,
+    where: str,
+    manifest: dict[str, Any],
+    namespace: str,
+    reference: str,
+    operator: OperatorKind,
+) -> Preview:
+    """Each Pod template rewritten as the Pods the operator creates from it will be."""
+    checked = _review(admission, where, _kind_of(manifest), manifest, namespace, "")
+    own = _metadata(manifest).get("annotations") if operator.own_annotations_reach_pods else None
+    after, sliced = manifest, False
+    not_sent: str | None = None
+    for site in templates(operator, manifest):
+        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template_of(site, own))}
+        pod["metadata"] = pod.get("metadata") or {}
+        outcome, pod_after = _review_pod(admission, where, pod, namespace, site.where)
+        selection = sends_pod(admission.config, pod, namespace)
+        if not selection.sent:
+            not_sent = not_sent or f"its Pods: {selection.why_not}"
+            continue
+        sliced = sliced or outcome.decision == "mutated"
+        if pod_after != pod:
+            if after is manifest:
+                after = copy.deepcopy(manifest)
+            write_back(node_at(after, site.steps), site, pod_after)
+    status: Status = "sliced" if sliced else "unchanged"
+    return Preview(reference, manifest, after, status, _warnings(checked), not_sent, operator.kind)
 
 
 def diff(previews: list[Preview], backend: str) -> str:
@@ -184,17 +250,28 @@ def diff(previews: list[Preview], backend: str) -> str:
 
 
 def summary(previews: list[Preview], backend: str) -> str:
-    counts = {status: 0 for status in ("sliced", "unchanged", "passed through")}
+    counts = {status: 0 for status in STATUSES}
+    operators: dict[str, int] = {}
     for item in previews:
         counts[item.status] += 1
+        if item.operator_kind:
+            operators[item.operator_kind] = operators.get(item.operator_kind, 0) + 1
     warnings = sum(len(item.warnings) for item in previews)
     not_sent = sum(1 for item in previews if item.not_sent)
     unsent = f" ({not_sent} not sent to CastSlice)" if not_sent else ""
-    return (
+    text = (
         f"{_count(len(previews), 'object')}: {counts['sliced']} sliced, "
         f"{counts['unchanged']} left unchanged{unsent}, {counts['passed through']} passed "
-        f"through (no Pods); {_count(warnings, 'warning')}; {backend} backend"
+        "through (no Pods)"
     )
+    if counts["not understood"]:
+        unknown = {
+            item.reference.split(" ", 1)[0] for item in previews if item.status == "not understood"
+        }
+        text += f", {counts['not understood']} not understood ({', '.join(sorted(unknown))})"
+    if operators:
+        text += "; operator resources: " + ", ".join(f"{n} {kind}" for kind, n in operators.items())
+    return f"{text}; {_count(warnings, 'warning')}; {backend} backend"
 
 
 def _review_pod(
