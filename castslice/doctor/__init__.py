@@ -19,6 +19,8 @@ from . import (
     dry_run,
     endpoint,
     fail_open,
+    gpu_nodes,
+    likely_cause,
     pending,
     quotas,
     registration,
@@ -47,6 +49,7 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         results.append(
             _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
         )
+    cause = likely_cause.for_endpoint(config, live, webhook_names)
     node_checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
         (
             (
@@ -63,13 +66,14 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         if backend_for(config).claims_devices
         else (
             (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
+            (gpu_nodes.CHECK, "list nodes", lambda: gpu_nodes.check_gpu_nodes(cluster, config)),
             (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
             (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
         )
     )
     checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
-        (endpoint.CHECK, "", lambda: endpoint.check_endpoint(cluster, live, webhook_names)),
-        (dry_run.CHECK, "", lambda: dry_run.check_dry_run(cluster, config, namespace)),
+        (endpoint.CHECK, "", lambda: cause(endpoint.check_endpoint(cluster, live, webhook_names))),
+        (dry_run.CHECK, "", lambda: cause(dry_run.check_dry_run(cluster, config, namespace))),
         *node_checks,
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),
     )
