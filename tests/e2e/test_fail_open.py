@@ -13,7 +13,16 @@ import kubernetes.client
 
 from .apiserver_metrics import fail_open_count
 from .castslice_server import StartServer
-from .pods import GPU, create_pod, gpu_container, opted_in, pod, read_pod, resources_of
+from .pods import (
+    GPU,
+    create_pod,
+    gpu_container,
+    opted_in,
+    pod,
+    read_pod,
+    resources_of,
+    shared,
+)
 from .registration import register_and_wait, webhook_settings
 
 TIMEOUT_SECONDS = webhook_settings()["timeoutSeconds"]
@@ -58,12 +67,18 @@ def test_pod_is_admitted_unmutated_when_castslice_answers_too_late(
 
     assert resources_of(read_pod(api, namespace, "too-late")) == UNMUTATED
     assert fail_open_count(api) - before == 1
-    # The API server waited for the webhook, up to the generated configuration's
-    # timeoutSeconds and not much longer.
-    assert TIMEOUT_SECONDS - 0.5 <= elapsed < TIMEOUT_SECONDS + 3
-    # Once resumed, CastSlice does answer (with a patch); the API server has moved on.
-    late = server.wait_for_log(
-        lambda record: (record.get("namespace"), record.get("pod")) == (namespace, "too-late"),
-        what="the late review of too-late",
+    # The API server waited for the webhook (up to the generated configuration's
+    # timeoutSeconds) instead of failing at once; the upper bound only catches a hang, with
+    # room for a loaded machine.
+    print(f"create with a paused CastSlice took {elapsed:.2f}s (timeout {TIMEOUT_SECONDS}s)")
+    assert TIMEOUT_SECONDS - 0.5 <= elapsed < 3 * TIMEOUT_SECONDS
+    # Once resumed, CastSlice serves again: the next Pod is rewritten. Whether the late call
+    # itself is still answered depends on when nginx saw the API server hang up, so it is
+    # not what this test asserts.
+    create_pod(
+        api,
+        namespace,
+        pod("after-resume", [gpu_container()], annotations=opted_in(workload_type="training")),
     )
-    assert late["decision"] == "mutated"
+    assert resources_of(read_pod(api, namespace, "after-resume")) == {"app": shared(4, cpu="100m")}
+    assert fail_open_count(api) - before == 1
