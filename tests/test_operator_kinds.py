@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 
 from castslice import cli, workloads
 from castslice.admission import Admission
+from castslice.contract import WORKLOAD_KINDS, templates, workload_kind
 from castslice.environment import load_config
-from castslice.operator_kinds import OPERATOR_KINDS, operator_kind, templates
 from castslice.registration import WORKLOAD_WEBHOOK, webhook_configuration
 from tests.conftest import ROOT
 from tests.test_cli_preview import Ran
@@ -35,6 +35,7 @@ from tests.test_http import review_response
 from tests.test_registration import URL, Sender, webhook
 from tests.test_workloads import assert_warned_only, workload_review
 
+OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
 OPTIMIZE = "castops.io/optimize"
 TYPE = "castops.io/workload-type"
 RATIO = "castops.io/slice-ratio"
@@ -154,14 +155,14 @@ def loaded(text: str) -> dict[str, Any]:
 
 
 def test_the_walker_finds_each_replica_type_and_group_by_its_name() -> None:
-    entry = operator_kind("kubeflow.org", "v1", "PyTorchJob")
+    entry = workload_kind("kubeflow.org", "v1", "PyTorchJob")
     assert entry is not None
     found = templates(entry, loaded(PYTORCHJOB))
     assert [(site.label, site.where) for site in found] == [
         ("Master", "spec.pytorchReplicaSpecs.Master.template"),
         ("Worker", "spec.pytorchReplicaSpecs.Worker.template"),
     ]
-    ray = operator_kind("ray.io", "v1", "RayCluster")
+    ray = workload_kind("ray.io", "v1", "RayCluster")
     assert ray is not None
     assert [(site.label, site.where) for site in templates(ray, loaded(RAYCLUSTER))] == [
         ("headGroupSpec", "spec.headGroupSpec.template"),
@@ -171,12 +172,12 @@ def test_the_walker_finds_each_replica_type_and_group_by_its_name() -> None:
 
 
 def test_the_walker_reads_nested_lists_and_skips_argo_steps_without_a_container() -> None:
-    runtime = operator_kind("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime")
+    runtime = workload_kind("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime")
     assert runtime is not None
     job = {"template": {"spec": {"template": {"spec": {"containers": []}}}}}
     resource = {"spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", **job}, {}]}}}}
     assert [site.label for site in templates(runtime, resource)] == ["replicatedJobs[node]"]
-    argo = operator_kind("argoproj.io", "v1alpha1", "Workflow")
+    argo = workload_kind("argoproj.io", "v1alpha1", "Workflow")
     assert argo is not None
     workflow = {
         "spec": {
@@ -459,9 +460,9 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
     # No operator in the table drops its templates' annotations today; one that did would be
     # declared so, and its opted-in templates told that they cannot be sliced.
     entry = dataclasses.replace(
-        operator_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
+        workload_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
     )
-    monkeypatch.setattr(workloads, "operator_kind", lambda *kind: entry)
+    monkeypatch.setattr(workloads, "workload_kind", lambda *kind: entry)
     admission = Admission(load_config({}))
     request = workload_review(loaded(PYTORCHJOB))["request"]
 
@@ -480,7 +481,7 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
 def test_a_ray_jobs_and_services_cluster_templates_are_found_where_they_nest(
     kind: str, nested: str
 ) -> None:
-    entry = operator_kind("ray.io", "v1", kind)
+    entry = workload_kind("ray.io", "v1", kind)
     assert entry is not None
     cluster = loaded(RAYCLUSTER)["spec"]
     resource = {"spec": {nested: cluster, "submitterPodTemplate": {"spec": {"containers": []}}}}

@@ -14,13 +14,11 @@ from hypothesis import strategies as st
 from castslice import contract, selection
 from castslice.config import Config
 from castslice.contract import (
-    EACH_ITEM,
-    EACH_VALUE,
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     TemplateLocation,
     WorkloadKind,
-    templates_at,
+    templates,
 )
 from castslice.environment import load_config
 from castslice.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
@@ -46,8 +44,10 @@ class Registration:
         )
         self.excluded = set(expression["values"])
 
-    def sends(self, obj: dict, namespace: str) -> bool:
-        return namespace not in self.excluded and self.sender.sends(obj, namespace)
+    def sends(self, obj: dict, namespace: str, *, cluster_scoped: bool = False) -> bool:
+        # The namespaceSelector never skips a cluster-scoped object.
+        in_scope = cluster_scoped or namespace not in self.excluded
+        return in_scope and self.sender.sends(obj, namespace)
 
 
 def registration(config: Config, name: str) -> Registration:
@@ -91,19 +91,26 @@ def _workload_cases() -> list[tuple[dict[str, Any], str]]:
     return [(workload, namespace) for workload, _ in WORKLOADS for namespace in NAMESPACES[:4]]
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=lambda kind: kind.kind)
-def test_the_predicate_sends_exactly_the_workloads_the_registration_sends(kind: Any) -> None:
+@pytest.mark.parametrize(
+    ("kind", "version"),
+    [(kind, version) for kind in WORKLOAD_KINDS for version in kind.versions],
+    ids=lambda value: getattr(value, "kind", value),
+)
+def test_the_predicate_sends_exactly_the_workloads_the_registration_sends(
+    kind: Any, version: str
+) -> None:
     api_server = registration(load_config({}), WORKLOAD_WEBHOOK)
     rules = webhook(webhook_configuration(load_config({}), url=URL), WORKLOAD_WEBHOOK)["rules"]
     assert any(
         kind.group in rule["apiGroups"]
-        and kind.version in rule["apiVersions"]
+        and version in rule["apiVersions"]
         and kind.resource in rule["resources"]
         for rule in rules
     )
     for workload, namespace in [*_workload_cases(), *((w, "default") for w, _ in WORKLOADS)]:
-        selection = sends_workload(workload, kind.group, kind.version, kind.kind, namespace, OWN)
-        assert selection.sent is api_server.sends(workload, namespace), (workload, namespace)
+        selection = sends_workload(workload, kind.group, version, kind.kind, namespace, OWN)
+        sent = api_server.sends(workload, namespace, cluster_scoped=kind.scope == "Cluster")
+        assert selection.sent is sent, (workload, namespace)
 
 
 def test_kinds_outside_the_table_are_never_sent() -> None:
@@ -116,12 +123,12 @@ def test_kinds_outside_the_table_are_never_sent() -> None:
 # A kind with templates in a map and in a list, as operators' kinds have them.
 TRAINER = WorkloadKind(
     "example.com",
-    "v1",
+    ("v1",),
     "Trainer",
     "trainers",
     (
-        TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),
-        TemplateLocation(("spec", "groups", EACH_ITEM, "template", "spec", "template")),
+        TemplateLocation("spec.replicaSpecs.*.template"),
+        TemplateLocation("spec.groups[name].template.spec.template"),
     ),
 )
 
@@ -152,13 +159,12 @@ def test_templates_in_maps_and_lists_are_selected_alike(
     trainer: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(selection, "WORKLOAD_KINDS", (*WORKLOAD_KINDS, TRAINER))
-    monkeypatch.setitem(contract.WORKLOADS, TRAINER.key, TRAINER)
+    monkeypatch.setitem(contract.WORKLOADS, ("example.com", "v1", "Trainer"), TRAINER)
     api_server = registration(load_config({}), WORKLOAD_WEBHOOK)
     chosen = sends_workload(trainer, "example.com", "v1", "Trainer", "default")
     annotated = any(
-        (template.get("metadata") or {}).get("annotations", {}).get("castops.io/optimize")
-        for location in TRAINER.templates
-        for _, template in templates_at(trainer, location)
+        (site.node.get("metadata") or {}).get("annotations", {}).get("castops.io/optimize")
+        for site in templates(TRAINER, trainer)
     )
     assert chosen.sent is annotated
     assert api_server.sends(trainer, "default") is annotated
