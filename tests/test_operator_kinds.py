@@ -410,6 +410,41 @@ def test_a_worker_group_annotated_alone_is_sent() -> None:
     assert Sender(hook).sends(resource, "ml") is True
 
 
+def test_preview_says_which_operator_resources_the_registration_never_sends(
+    preview: Callable[..., Ran],
+) -> None:
+    # As for a Deployment: the workload webhook's namespaceSelector and matchCondition decide
+    # whether kubectl apply shows warnings, so preview shows none where it would not.
+    bad_ratio = {OPTIMIZE: "true", RATIO: "x"}
+    gpu = {"name": "c", "image": "i", "resources": {"limits": {GPU: "1"}}}
+    template = {"metadata": {"annotations": bad_ratio}, "spec": {"containers": [gpu]}}
+    in_kube_system = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "namespace": "kube-system"},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"template": template}}},
+    }
+    unannotated = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": [in_kube_system, unannotated]})
+
+    ran = preview("-f", "-", stdin=text.encode())
+
+    assert ran.code == 0, ran.err
+    assert ran.err.splitlines() == [
+        "Note: PyTorchJob kube-system/p: not sent to CastSlice: its Pods: kube-system is a "
+        "system namespace",
+        "Note: TrainJob ml/t: not sent to CastSlice: no castops.io/ annotation on it or its Pod "
+        "template",
+        "2 objects: 0 sliced, 2 left unchanged (2 not sent to CastSlice), 0 passed through "
+        "(no Pods); operator resources: 1 PyTorchJob, 1 TrainJob; 0 warnings; resource backend",
+    ]
+
+
 def test_the_patch_of_a_preview_applies_to_the_template(preview: Callable[..., Ran]) -> None:
     # The rewritten RayCluster is what jsonpatch makes of the function's own patch.
     ran = preview("-f", "-", "-o", "json", stdin=RAYCLUSTER.encode())

@@ -5,6 +5,7 @@ Pod, policy and namespace, and for every workload kind of the table."""
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import pytest
@@ -111,6 +112,89 @@ def test_the_predicate_sends_exactly_the_workloads_the_registration_sends(
         selection = sends_workload(workload, kind.group, version, kind.kind, namespace, OWN)
         sent = api_server.sends(workload, namespace, cluster_scoped=kind.scope == "Cluster")
         assert selection.sent is sent, (workload, namespace)
+
+
+# Operators' resources: objects built along every template path of the table ----------------
+
+OPERATOR_KINDS = [kind for kind in WORKLOAD_KINDS if kind.custom_resource]
+EVERY_LOCATION = [location for kind in WORKLOAD_KINDS for location in kind.templates]
+TEMPLATE_ANNOTATIONS = st.sampled_from(
+    [None, {}, {"other.io/x": "1"}, {"castops.io/optimize": "true"}, {"castops.io/any": "x"}]
+)
+
+
+def _template(shape: str) -> st.SearchStrategy[dict]:
+    """A Pod template of `shape` with or without annotations, or with no metadata at all."""
+
+    def built(annotations: dict | None) -> dict:
+        if shape == "pod-spec":
+            return {"containers": []} if annotations is None else {"annotations": annotations}
+        if annotations is None:
+            return {"spec": {}}
+        return {"metadata": {"annotations": annotations}, "container": {"image": "x"}}
+
+    return TEMPLATE_ANNOTATIONS.map(built)
+
+
+def _along(segments: list[str], shape: str) -> st.SearchStrategy[dict]:
+    """An object with templates at the path `segments`: zero to two at each wildcard."""
+    if not segments:
+        return _template(shape)
+    segment, rest = segments[0], segments[1:]
+    if rest and rest[0] == "*":
+        values = st.dictionaries(st.sampled_from(["Master", "Worker"]), _along(rest[1:], shape))
+        return values.map(lambda children: {segment: children})
+    listed = contract.list_segment(segment)
+    if listed is None:
+        return _along(rest, shape).map(lambda child: {segment: child})
+    key = segment[len(listed) + 1 : -1]
+    items = st.lists(
+        st.tuples(st.sampled_from(["a", "gpu-group"]), _along(rest, shape)), max_size=2
+    )
+    return items.map(lambda found: {listed: [{key: name, **item} for name, item in found]})
+
+
+def _merged(base: Any, extra: Any) -> Any:
+    """`extra` laid over `base`; where the two disagree on a type or hold lists, `base` wins."""
+    if isinstance(base, dict) and isinstance(extra, dict):
+        return {**extra, **{k: _merged(v, extra[k]) if k in extra else v for k, v in base.items()}}
+    return base
+
+
+@st.composite
+def operator_resources(draw: st.DrawFn) -> dict:
+    """An object holding templates at a few of the table's paths (any kind's: the registration's
+    condition looks at every path whatever the kind), and maybe annotations of its own."""
+    locations = draw(st.lists(st.sampled_from(EVERY_LOCATION), min_size=1, max_size=3))
+    resource: dict = {"metadata": {}}
+    own = draw(TEMPLATE_ANNOTATIONS)
+    if own is not None:
+        resource["metadata"]["annotations"] = own
+    for location in locations:
+        resource = _merged(resource, draw(_along(location.path.split("."), location.shape)))
+    return resource
+
+
+@functools.cache
+def _default_registration() -> Registration:
+    return registration(load_config({}), WORKLOAD_WEBHOOK)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([(kind, version) for kind in OPERATOR_KINDS for version in kind.versions]),
+    operator_resources(),
+    st.sampled_from(NAMESPACES),
+)
+def test_the_predicate_sends_exactly_the_operator_resources_the_registration_sends(
+    kind_version: tuple[WorkloadKind, str], resource: dict, namespace: str
+) -> None:
+    kind, version = kind_version
+    selection = sends_workload(resource, kind.group, version, kind.kind, namespace, OWN)
+    cluster_scoped = kind.scope == "Cluster"
+    sent = _default_registration().sends(resource, namespace, cluster_scoped=cluster_scoped)
+    assert selection.sent is sent, (kind.kind, resource, namespace, selection)
+    assert (selection.why_not is None) is selection.sent
 
 
 def test_kinds_outside_the_table_are_never_sent() -> None:
