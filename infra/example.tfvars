@@ -1,6 +1,7 @@
 # Copy to terraform.tfvars and adapt. Only project_id and image are required.
 project_id = "my-project"
-region     = "europe-west1"
+# Where the service runs; the same region as the cluster keeps the API server's calls short.
+region = "europe-west4"
 
 # Pushed by cloudbuild.yaml (tagged with the commit) or by
 # `gcloud builds submit --tag` (see the README).
@@ -8,7 +9,7 @@ image = "castslice:3f2a9c1"
 
 # The cluster that gets the MutatingWebhookConfiguration, and its name there.
 kubeconfig_path = "~/.kube/config"
-kube_context    = "gke_my-project_europe-west1_gpu-cluster"
+kube_context    = "gke_my-project_europe-west4_gpu-cluster"
 webhook_name    = "castslice"
 
 min_instances           = 1
@@ -28,8 +29,9 @@ slices_per_gpu   = 4
 sharing_degrees  = [2, 4]
 sharing_strategy = "time-slicing"
 
-# Namespaces and labelled workloads enrolled without annotating each Pod. The
-# registration must come from the same policy, or the plan stops:
+# Off unless uncommented: namespaces and labelled workloads enrolled without
+# annotating each Pod. The registration must come from the same policy, or the
+# plan stops (docs/configuration.md, "Worked example: Terraform"):
 #   castslice webhook --url https://castslice.invalid/ --policy policy.yaml > policy-webhook.yaml
 # policy = <<-EOT
 #   rules:
@@ -45,7 +47,9 @@ castslice_env = {
 }
 
 # Optional, off when null: GPU node pools added to the existing cluster for the
-# gke backend, one per sharing degree plus one of whole GPUs.
+# gke backend, one per sharing degree plus one of whole GPUs (which whole-GPU Pods
+# need; keep whole_gpu_pool at its default, true). For pools that exist already,
+# leave this out (infra/gpu-sharing/README.md).
 gke_gpu_node_pools = {
   cluster          = "gpu-cluster"
   location         = "europe-west4"

@@ -62,6 +62,11 @@ class Backend:
     name: ClassVar[str]
     # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
     placement_keys: ClassVar[tuple[str, ...]] = ()
+    # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
+    # whole-GPU Pods land on the same nodes as shared ones.
+    whole_gpu_nodes_fix: ClassVar[str] = ""
+    # What to change on the nodes `node_setup_problem` names.
+    node_setup_fix: ClassVar[str] = ""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -118,6 +123,14 @@ class Backend:
     def node_problems(self, nodes: Sequence[Manifest]) -> list[str]:
         """What the doctor reports about these nodes beyond missing placements."""
         return []
+
+    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
+        """Why this node shares GPUs in a way the backend cannot place Pods on, or ""."""
+        return ""
+
+    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
+        """What on this backend's platform commonly keeps the API server from the webhook."""
+        return ""
 
     def setup_hint(self) -> str:
         """How to make nodes offer what this backend places Pods on."""

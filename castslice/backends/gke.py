@@ -6,7 +6,9 @@ places a Pod on a sharing pool by two node labels; Autopilot requires both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 from .base import Placement, SharingPoolBackend
 
@@ -14,11 +16,32 @@ STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 # GKE's spelling of the strategies.
 _GKE_STRATEGY = {"time-slicing": "time-sharing", "mps": "mps"}
+# Where the platform's network setup is written down.
+_NETWORK_DOC = "docs/deploy.md#gke-network-prerequisites"
 
 
 class GkeBackend(SharingPoolBackend):
     name = "gke"
     placement_keys = (STRATEGY, MAX_CLIENTS)
+    whole_gpu_nodes_fix = (
+        "add a GPU node pool without GPU sharing (gcloud container node-pools create "
+        "with --accelerator=type=TYPE,count=N and no gpu-sharing-strategy), or set "
+        "CASTSLICE_PRESETS and CASTSLICE_SHARING_DEGREES so that every preset fits a "
+        "sharing pool"
+    )
+
+    def unreachable_endpoint_cause(self, client_config: Mapping[str, Any]) -> str:
+        # Private clusters' firewall lets the control plane open only 443 and 10250 on
+        # nodes; a URL webhook needs the control plane's egress (NONE blocks it).
+        if client_config.get("service"):
+            return (
+                "on a private GKE cluster, allow TCP 8443 from the control plane's address "
+                f"range to the nodes with a firewall rule ({_NETWORK_DOC})"
+            )
+        return (
+            "on GKE, the control plane's egress must allow the URL (control plane egress "
+            f"VIA_CONTROL_PLANE, not NONE) ({_NETWORK_DOC})"
+        )
 
     def shared(self, degree: int) -> Placement:
         selector = {

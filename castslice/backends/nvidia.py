@@ -7,7 +7,9 @@ Discovery labels them with `nvidia.com/gpu.replicas` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 from .base import Placement, SharingPoolBackend
 
@@ -20,6 +22,34 @@ SHARED_SUFFIX = ".shared"
 class NvidiaBackend(SharingPoolBackend):
     name = "nvidia"
     placement_keys = (REPLICAS, STRATEGY)
+    whole_gpu_nodes_fix = (
+        "keep GPU nodes without sharing (the whole-gpu entry of "
+        "infra/gpu-sharing/nvidia/device-plugin-config.yaml; GPU Feature Discovery labels "
+        f"them {STRATEGY}=none), or set CASTSLICE_PRESETS and CASTSLICE_SHARING_DEGREES so "
+        "that every preset fits a sharing node"
+    )
+    node_setup_fix = (
+        "set renameByDefault: true in those nodes' device plugin config, keeping their "
+        "entries (docs/backends.md#a-gpu-operator-that-already-time-slices)"
+    )
+
+    def node_setup_problem(self, node: Mapping[str, Any]) -> str:
+        """Replicas labelled but no renamed resource: time-slicing with `renameByDefault: false`.
+
+        Such a node advertises its replicas as the GPU resource itself, so a Pod
+        asking for the shared resource never fits and a whole-GPU Pod gets a replica.
+        """
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        replicas = labels.get(REPLICAS, "")
+        if not replicas.isdigit() or int(replicas) < 2:
+            return ""
+        if self.shared_resource in allocatable:
+            return ""
+        return (
+            f"{REPLICAS}={replicas} and no {self.shared_resource}: time-slicing "
+            f"with renameByDefault: false, so {self.config.gpu_resource} counts replicas"
+        )
 
     @classmethod
     def default_shared_resource(cls, gpu_resource: str) -> str:

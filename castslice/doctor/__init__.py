@@ -11,7 +11,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import Config
-from . import capacity, dry_run, endpoint, fail_open, pending, quotas, registration
+from . import (
+    capacity,
+    dry_run,
+    endpoint,
+    fail_open,
+    gpu_nodes,
+    likely_cause,
+    pending,
+    quotas,
+    registration,
+)
 from .cluster import ApiError, Cluster
 from .report import Result, failed
 
@@ -36,10 +46,12 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         results.append(
             _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
         )
+    cause = likely_cause.for_endpoint(config, live, webhook_names)
     checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
-        (endpoint.CHECK, "", lambda: endpoint.check_endpoint(cluster, live, webhook_names)),
-        (dry_run.CHECK, "", lambda: dry_run.check_dry_run(cluster, config, namespace)),
+        (endpoint.CHECK, "", lambda: cause(endpoint.check_endpoint(cluster, live, webhook_names))),
+        (dry_run.CHECK, "", lambda: cause(dry_run.check_dry_run(cluster, config, namespace))),
         (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
+        (gpu_nodes.CHECK, "list nodes", lambda: gpu_nodes.check_gpu_nodes(cluster, config)),
         (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
         (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),

@@ -23,6 +23,8 @@ from .report import Result, failed, passed
 Manifest = dict[str, Any]
 
 CHECK = "dry-run"
+# The failure that means the API server did not get CastSlice's answer.
+NOT_CALLED = "CastSlice was not called or failed open"
 # Never pulled: a dry run schedules and runs nothing.
 PROBE_IMAGE = "registry.k8s.io/pause:3.10"
 _POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
@@ -132,7 +134,7 @@ def check_dry_run(cluster: Cluster, config: Config, namespace: str) -> Result:
             return failed(
                 CHECK,
                 f"{what} came back unchanged from a dry run in namespace {namespace}: "
-                "CastSlice was not called or failed open",
+                + NOT_CALLED,
                 "see the registration, endpoint and fail-open checks; the namespace must not "
                 "be excluded by namespaceSelector",
             )

@@ -28,10 +28,8 @@ def _response(reply: Reply) -> Response:
 
 
 def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, int | None]:
-    """Content-Type ("" when absent) and the declared Content-Length (None when absent).
-
-    Read straight from the ASGI scope, once: Starlette's Headers would be built per request.
-    """
+    """Content-Type ("" when absent) and the declared Content-Length (None when absent or
+    not a number: the body is then read up to the limit instead of trusted)."""
     content_type, length = b"", b""
     for name, value in headers:
         if name == b"content-type":
@@ -58,6 +56,5 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         if size > limit:
             return None
         if not message.get("more_body", False):
-            # Most bodies come in one message: nothing to join.
             return b"".join((*chunks, chunk)) if chunks else chunk
         chunks.append(chunk)

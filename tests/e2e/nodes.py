@@ -75,6 +75,8 @@ class Pool:
     strategy: str = "time-slicing"
     nodes: int = 1
     gpus_per_node: int = 1
+    # NVIDIA only: `renameByDefault: false` keeps the replicas under `nvidia.com/gpu`.
+    renamed: bool = True
 
 
 def standard_pools(backend: str) -> tuple[Pool, ...]:
@@ -150,6 +152,9 @@ def _nvidia_side(pool: Pool, gpus: int) -> tuple[dict[str, str], dict[str, str]]
     labels.update({NVIDIA_REPLICAS: str(pool.sharing), NVIDIA_STRATEGY: pool.strategy})
     # README, "Catalog of Labels": whether the node's devices are configured for MPS.
     labels["nvidia.com/mps.capable"] = str(pool.strategy == "mps").lower()
+    if not pool.renamed:
+        labels["nvidia.com/gpu.product"] += "-SHARED"
+        return labels, {GPU: str(gpus * pool.sharing)}
     return labels, {NVIDIA_SHARED: str(gpus * pool.sharing)}
 
 

@@ -2,9 +2,10 @@
 
 A healthy installation passes every check; each way of breaking it (no
 registration, an unreachable URL, risky settings, nodes without the shared
-resource, a Pod waiting for it, a GPU quota the rewrite escapes) makes its
-check fail with what to do. Every test that breaks the shared registration
-puts the session's server back before it ends.
+resource, no GPU node without sharing for whole-GPU Pods, GPU Operator nodes
+that time-slice without renaming, a Pod waiting for it, a GPU quota the
+rewrite escapes) makes its check fail with what to do. Every test that
+breaks the shared registration puts the session's server back before it ends.
 """
 
 from __future__ import annotations
@@ -44,7 +45,16 @@ from .tools import REPO_ROOT
 
 Manifest = dict[str, Any]
 
-CHECKS = ("registration", "endpoint", "dry-run", "nodes", "pending", "quotas", "fail-open")
+CHECKS = (
+    "registration",
+    "endpoint",
+    "dry-run",
+    "nodes",
+    "gpu-nodes",
+    "pending",
+    "quotas",
+    "fail-open",
+)
 PODS = "pods.castslice.castops.io"
 WEBHOOKS = f"{PODS}, workloads.castslice.castops.io"
 FAIL_OPEN = "apiserver_admission_webhook_fail_open_count"
@@ -194,13 +204,18 @@ def test_a_healthy_installation_passes_every_check(
         "✓ nodes offer nvidia.com/gpu-shared on 1 node; "
         "room now for dev: 4 Pods, batch: 2, inference: 2, training: 1",
     )
+    expect_line(
+        report,
+        "gpu-nodes",
+        "✓ GPU nodes: whole-GPU Pods ask for nvidia.com/gpu-shared like the others",
+    )
     expect_line(report, "pending", "✓ no Pod is Pending for lack of nvidia.com/gpu-shared")
     expect_line(report, "quotas", "✓ GPU quotas: no namespace limits nvidia.com/gpu")
     expect_fail_open_line(report, calls)
     if calls == 0:
-        assert (report.code, report.summary) == (0, "all 7 checks passed")
+        assert (report.code, report.summary) == (0, "all 8 checks passed")
     else:
-        assert (report.code, report.summary) == (1, "1 of 7 checks failed")
+        assert (report.code, report.summary) == (1, "1 of 8 checks failed")
 
 
 @pytest.mark.parametrize(
@@ -269,6 +284,9 @@ def test_placement_backends_need_a_node_pool_per_sharing_degree(
         calls = fail_open_calls(api)
         report = run_doctor(control_plane.kubeconfig, env)
     expect_line(report, "nodes", found)
+    assert report.lines["gpu-nodes"].startswith(
+        "✓ GPU nodes: 1 node offers nvidia.com/gpu without GPU sharing ("
+    )
     assert report.lines["registration"].startswith("✓ MutatingWebhookConfiguration castslice")
     assert re.fullmatch(endpoint_pattern(server), report.lines["endpoint"])
     assert report.lines["dry-run"].startswith(
@@ -309,7 +327,7 @@ def test_a_missing_registration_fails_and_pods_come_back_unchanged(
         "fail-open checks; the namespace must not be excluded by namespaceSelector",
     )
     failures = sum(1 for line in report.lines.values() if line.startswith("✗"))
-    assert (report.code, report.summary) == (1, f"{failures} of 7 checks failed")
+    assert (report.code, report.summary) == (1, f"{failures} of 8 checks failed")
     assert as_json.returncode == 1
     checks = yaml.safe_load(as_json.stdout)
     assert [(c["check"], c["status"], c["ok"]) for c in checks][:3] == [
@@ -335,19 +353,28 @@ def test_an_unreachable_url_fails_the_endpoint_dry_run_and_fail_open_checks(
             what="the API server to call the unreachable URL",
         )
         report = run_doctor(control_plane.kubeconfig)
+        on_gke = run_doctor(control_plane.kubeconfig, {"CASTSLICE_BACKEND": "gke"})
 
     expect_line(
         report,
         "registration",
         f"✓ MutatingWebhookConfiguration castslice has the expected settings ({WEBHOOKS})",
     )
-    expect_line(
-        report,
-        "endpoint",
+    unreachable = (
         f"✗ endpoint https://127.0.0.1:{closed}/ fails its health check: cannot connect: "
         "connection refused; the API server admits opted-in Pods unchanged - deploy CastSlice "
-        "there, or point clientConfig.url at it and re-apply",
+        "there, or point clientConfig.url at it and re-apply"
     )
+    expect_line(report, "endpoint", unreachable)
+    # With the gke backend the cluster is GKE: the fix adds what commonly blocks the call there.
+    egress = (
+        "on GKE, the control plane's egress must allow the URL (control plane egress "
+        "VIA_CONTROL_PLANE, not NONE) (docs/deploy.md#gke-network-prerequisites)"
+    )
+    expect_line(on_gke, "endpoint", f"{unreachable}; {egress}")
+    assert on_gke.lines["dry-run"].startswith("✗ an opted-in GPU Pod came back unchanged")
+    assert on_gke.lines["dry-run"].endswith(f"; {egress}")
+    assert not report.lines["dry-run"].endswith(egress)
     assert report.lines["dry-run"].startswith("✗ an opted-in GPU Pod came back unchanged")
     assert report.lines["fail-open"].startswith(
         f"✗ calls to CastSlice failed open since this API server started ({FAIL_OPEN}): {PODS} "
@@ -424,6 +451,86 @@ def test_nodes_without_the_shared_resource_fail_the_nodes_check(
         "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer",
     )
     assert report.code == 1
+
+
+@pytest.mark.parametrize(
+    ("backend", "whole_gpu_nodes", "fix"),
+    [
+        (
+            "gke",
+            "nvidia.com/gpu without GPU sharing (no cloud.google.com/gke-gpu-sharing-strategy "
+            "label)",
+            "add a GPU node pool without GPU sharing (gcloud container node-pools create with "
+            "--accelerator=type=TYPE,count=N and no gpu-sharing-strategy), or set "
+            "CASTSLICE_PRESETS and CASTSLICE_SHARING_DEGREES so that every preset fits a "
+            "sharing pool",
+        ),
+        (
+            "nvidia",
+            "nvidia.com/gpu without GPU sharing (nvidia.com/gpu.sharing-strategy=none)",
+            "keep GPU nodes without sharing (the whole-gpu entry of "
+            "infra/gpu-sharing/nvidia/device-plugin-config.yaml; GPU Feature Discovery labels "
+            "them nvidia.com/gpu.sharing-strategy=none), or set CASTSLICE_PRESETS and "
+            "CASTSLICE_SHARING_DEGREES so that every preset fits a sharing node",
+        ),
+    ],
+)
+def test_whole_gpu_pods_need_a_node_without_sharing(
+    api: kubernetes.client.ApiClient,
+    control_plane: LocalControlPlane,
+    castslice: CastSliceServer,
+    namespace: str,
+    backend: str,
+    whole_gpu_nodes: str,
+    fix: str,
+) -> None:
+    env = {"CASTSLICE_BACKEND": backend}
+    pools = standard_pools(backend)
+    sharing_only = tuple(pool for pool in pools if pool.sharing is not None)
+    assert len(sharing_only) == len(pools) - 1
+
+    with gpu_nodes(api, backend, sharing_only, namespace):
+        stuck = run_doctor(control_plane.kubeconfig, env)
+    with gpu_nodes(api, backend, pools, namespace):
+        fixed = run_doctor(control_plane.kubeconfig, env)
+
+    # The default presets and degrees: only dev (1 slice) fits the 4-way sharing pool.
+    pods = "Pods of 2 slices or more (presets training, batch, inference)"
+    expect_line(
+        stuck,
+        "gpu-nodes",
+        f"✗ GPU nodes: no Ready node offers {whole_gpu_nodes}: {pods} stay Pending - {fix}",
+    )
+    assert stuck.code == 1
+    expect_line(fixed, "gpu-nodes", f"✓ GPU nodes: 1 node offers {whole_gpu_nodes} for {pods}")
+
+
+def test_a_gpu_operator_that_time_slices_without_renaming_is_named(
+    api: kubernetes.client.ApiClient,
+    control_plane: LocalControlPlane,
+    castslice: CastSliceServer,
+    namespace: str,
+) -> None:
+    env = {"CASTSLICE_BACKEND": "nvidia"}
+    pools = (Pool("ts-4", 4, renamed=False), Pool("plain", None))
+
+    with gpu_nodes(api, "nvidia", pools, namespace) as nodes:
+        report = run_doctor(control_plane.kubeconfig, env)
+    with gpu_nodes(api, "nvidia", standard_pools("nvidia"), namespace):
+        renamed = run_doctor(control_plane.kubeconfig, env)
+
+    (unrenamed,) = [node.name for node in nodes if node.pool.sharing]
+    expect_line(
+        report,
+        "gpu-nodes",
+        f"✗ GPU nodes: 1 node ({unrenamed}) with nvidia.com/gpu.replicas=4 and no "
+        "nvidia.com/gpu.shared: time-slicing with renameByDefault: false, so nvidia.com/gpu "
+        "counts replicas; shared Pods the nvidia backend selects them for stay Pending - set "
+        "renameByDefault: true in those nodes' device plugin config, keeping their entries "
+        "(docs/backends.md#a-gpu-operator-that-already-time-slices)",
+    )
+    assert report.code == 1
+    assert renamed.lines["gpu-nodes"].startswith("✓ GPU nodes: 1 node offers nvidia.com/gpu ")
 
 
 def test_a_pod_waiting_for_the_shared_resource_is_listed(
@@ -561,7 +668,7 @@ def test_without_the_metrics_right_the_fail_open_check_says_which_right_is_missi
     )
     for check in CHECKS[:-1]:
         assert report.lines[check].startswith("✓ "), report.lines[check]
-    assert (report.code, report.summary) == (0, "all 7 checks passed")
+    assert (report.code, report.summary) == (0, "all 8 checks passed")
 
 
 def may(api: kubernetes.client.ApiClient, user: str, group: str, resource: str) -> bool:
