@@ -83,10 +83,10 @@ class Admission:
             )
         outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
 
-        hand_placed = backend.placed_by_hand(spec)
-        if hand_placed:
-            warnings.append(clip(f"{hand_placed} set by hand; castslice left the Pod unchanged"))
-            return Outcome(allowed(uid, warnings), "unchanged", "placed by hand", **outcome)
+        left_alone = backend.left_alone(spec)
+        if left_alone:
+            warnings.append(clip(f"{left_alone.detail}; castslice left the Pod unchanged"))
+            return Outcome(allowed(uid, warnings), "unchanged", left_alone.reason, **outcome)
 
         placement = self._place(decision.slices)
         original: dict[str, str] = {}
@@ -96,6 +96,7 @@ class Admission:
             warning = _less_than_asked(container, asked, placement, config.gpu_resource)
             if warning:
                 warnings.append(warning)
+        warnings += backend.notes(placement)
         operations = backend.pod_operations(spec, containers, placement)
         record = DecisionRecord(decision.slices, decision.source, backend.name, original)
         operations += annotation_operations(metadata, {APPLIED: record.encode()})

@@ -17,6 +17,9 @@ SHARING_STRATEGIES = ("time-slicing", "mps")
 MAX_SHARING_DEGREE = 1000
 # Bounds the admin-chosen maximum so quantities and warnings stay short.
 MAX_SLICE_RATIO_CEILING = 1_000_000
+MEBIBYTE = 2**20
+# Far above any GPU's memory (1 PiB); keeps quantities short.
+MAX_GPU_MEMORY = 2**50
 
 
 class ConfigError(ValueError):
@@ -42,3 +45,8 @@ class Config:
     policy: Policy | None = None
     metrics: bool = False
     metrics_port: int = 9090
+    # The `dra` backend: the DeviceClass claims name, the device capacity that counts
+    # shares, and the memory of one GPU in bytes (None: claims ask for no memory).
+    dra_device_class: str = "gpu.nvidia.com"
+    dra_capacity: str = "shares"
+    dra_gpu_memory: int | None = None

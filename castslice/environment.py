@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from .backends import BACKENDS, backend_class
 from .config import (
     DEFAULT_PRESETS,
+    MAX_GPU_MEMORY,
     MAX_SHARING_DEGREE,
     MAX_SLICE_RATIO_CEILING,
+    MEBIBYTE,
     SHARING_STRATEGIES,
     Config,
     ConfigError,
@@ -16,6 +18,8 @@ from .config import (
 from .names import (
     MIN_PATH_TOKEN_LENGTH,
     extended_resource_problem,
+    is_capacity_name,
+    is_dns_subdomain,
     is_path_token,
     parse_bounded_int,
 )
@@ -62,6 +66,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
         policy=_policy(environ, presets, max_ratio),
         metrics=_metrics(environ),
         metrics_port=_positive_int(environ, "CASTSLICE_METRICS_PORT", Config.metrics_port, 65535),
+        dra_device_class=_device_class(
+            environ, "CASTSLICE_DRA_DEVICE_CLASS", Config.dra_device_class
+        ),
+        dra_capacity=_capacity_name(environ, "CASTSLICE_DRA_CAPACITY", Config.dra_capacity),
+        dra_gpu_memory=_gpu_memory(environ, "CASTSLICE_DRA_GPU_MEMORY"),
     )
 
 
@@ -196,3 +205,53 @@ def _metrics(environ: Mapping[str, str]) -> bool:
             "Prometheus; use the log-based metrics instead"
         )
     return True
+
+
+def _device_class(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    value = value.strip()
+    if not is_dns_subdomain(value):
+        raise ConfigError(
+            f"{name}={value!r} is not a DeviceClass name: a lowercase DNS subdomain "
+            "such as gpu.nvidia.com"
+        )
+    return value
+
+
+def _capacity_name(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _value(environ, name)
+    if value is None:
+        return default
+    value = value.strip()
+    if not is_capacity_name(value):
+        raise ConfigError(
+            f"{name}={value!r} is not a device capacity name: at most 32 letters, digits "
+            "or '_', not starting with a digit, optionally after a domain and '/', "
+            "as in shares"
+        )
+    return value
+
+
+# Whole binary units only: each claim's share is then a whole number of MiB, which the
+# Helm chart's templates compute exactly as CastSlice does.
+_MEMORY_UNITS = {"Mi": MEBIBYTE, "Gi": 2**30, "Ti": 2**40}
+
+
+def _gpu_memory(environ: Mapping[str, str], name: str) -> int | None:
+    """The quantity in bytes, or None when unset."""
+    value = _value(environ, name)
+    if value is None:
+        return None
+    value = value.strip()
+    number, unit = value[:-2], value[-2:]
+    # A leading zero is refused, as the chart's schema does: 080Gi is a typo.
+    count = None if number.startswith("0") else parse_bounded_int(number, MAX_GPU_MEMORY)
+    size = count * _MEMORY_UNITS[unit] if count is not None and unit in _MEMORY_UNITS else None
+    if size is None or size > MAX_GPU_MEMORY:
+        raise ConfigError(
+            f"{name}={value!r} must be one GPU's memory as a whole number of Mi, Gi or Ti "
+            "from 1Mi to 1024Ti, such as 80Gi or 24576Mi"
+        )
+    return size

@@ -13,6 +13,8 @@ from typing import Any, TypedDict
 class ResourceRequirements(TypedDict, total=False):
     requests: dict[str, Any] | None
     limits: dict[str, Any] | None
+    # DRA: the Pod's claims this container uses (a Pod with any is left to its owner).
+    claims: list[Any] | None
 
 
 class Container(TypedDict, total=False):
@@ -27,6 +29,9 @@ class PodSpec(TypedDict, total=False):
     nodeSelector: dict[str, str] | None
     # Small and rarely set; read only to respect and extend a required node affinity.
     affinity: dict[str, Any] | None
+    # DRA: the Pod's own claims, and a node chosen by hand (its claims are never allocated).
+    resourceClaims: list[Any] | None
+    nodeName: str | None
 
 
 class ObjectMeta(TypedDict, total=False):

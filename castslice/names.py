@@ -14,6 +14,10 @@ QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 MAX_SUBDOMAIN_LENGTH = 253
 MAX_LABEL_LENGTH = 63
+# A device capacity's name (resource.k8s.io/v1 QualifiedName, as for device attributes): a C
+# identifier of at most 32 characters, optionally after a DNS subdomain and '/'.
+CAPACITY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+MAX_CAPACITY_DOMAIN_LENGTH = 63
 # The characters a URL path segment carries unescaped (RFC 3986's unreserved set).
 PATH_TOKEN = re.compile(r"[A-Za-z0-9._~-]+")
 # A token shorter than this can be guessed; it is the only thing keeping the URL private.
@@ -68,6 +72,13 @@ def label_key_problem(key: str) -> str | None:
 
 def is_label_value(value: str) -> bool:
     return len(value) <= MAX_LABEL_LENGTH and LABEL_VALUE.fullmatch(value) is not None
+
+
+def is_capacity_name(name: str) -> bool:
+    domain, slash, local = name.rpartition("/")
+    if slash and (len(domain) > MAX_CAPACITY_DOMAIN_LENGTH or not is_dns_subdomain(domain)):
+        return False
+    return CAPACITY_NAME.fullmatch(local) is not None
 
 
 def parse_bounded_int(text: str, upper: int) -> int | None:

@@ -174,8 +174,8 @@ variable "backend" {
   default     = "resource"
 
   validation {
-    condition     = contains(["resource", "nvidia", "gke"], var.backend)
-    error_message = "backend must be one of: resource, nvidia, gke."
+    condition     = contains(["resource", "nvidia", "gke", "dra"], var.backend)
+    error_message = "backend must be one of: resource, nvidia, gke, dra."
   }
 }
 

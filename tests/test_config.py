@@ -89,8 +89,8 @@ def test_nvidia_backend_defaults_to_the_renamed_shared_resource() -> None:
         ("CASTSLICE_MAX_SLICE_RATIO", "0", "must be a whole number from 1 to 1000000"),
         ("CASTSLICE_MAX_SLICE_RATIO", "ten", "must be a whole number from 1 to 1000000"),
         ("CASTSLICE_MAX_SLICE_RATIO", "  ", "is set but empty"),
-        ("CASTSLICE_BACKEND", "dra", "must be one of: resource, nvidia, gke"),
-        ("CASTSLICE_BACKEND", "GKE", "must be one of: resource, nvidia, gke"),
+        ("CASTSLICE_BACKEND", "hami", "must be one of: resource, nvidia, gke, dra"),
+        ("CASTSLICE_BACKEND", "GKE", "must be one of: resource, nvidia, gke, dra"),
         ("CASTSLICE_SLICES_PER_GPU", "0", "must be a whole number from 1 to 1000"),
         ("CASTSLICE_SHARING_DEGREES", "1", "'1' is not a clients-per-GPU count"),
         ("CASTSLICE_SHARING_DEGREES", "2,,4", "'' is not a clients-per-GPU count"),
@@ -98,6 +98,19 @@ def test_nvidia_backend_defaults_to_the_renamed_shared_resource() -> None:
         ("CASTSLICE_SHARING_DEGREES", "2,4,2", "2 is listed twice"),
         ("CASTSLICE_SHARING_DEGREES", "1001", "from 2 to 1000"),
         ("CASTSLICE_SHARING_STRATEGY", "time-sharing", "must be one of: time-slicing, mps"),
+        ("CASTSLICE_DRA_DEVICE_CLASS", "GPU.nvidia.com", "is not a DeviceClass name"),
+        ("CASTSLICE_DRA_DEVICE_CLASS", "gpu_nvidia", "is not a DeviceClass name"),
+        ("CASTSLICE_DRA_CAPACITY", "1shares", "is not a device capacity name"),
+        ("CASTSLICE_DRA_CAPACITY", "Example.com/shares", "is not a device capacity name"),
+        ("CASTSLICE_DRA_CAPACITY", "a" * 33, "is not a device capacity name"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "80GB", "must be one GPU's memory as a whole number of Mi"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "-80Gi", "must be one GPU's memory"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "1Ki", "must be one GPU's memory"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "80G", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "1.5Ti", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "080Gi", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "1025Ti", "from 1Mi to 1024Ti"),
+        ("CASTSLICE_DRA_GPU_MEMORY", "85899345920", "from 1Mi to 1024Ti"),
         ("CASTSLICE_PATH_TOKEN", "short", "at least 16 characters"),
         ("CASTSLICE_PATH_TOKEN", "has/slash/in/it/000", "at least 16 characters from"),
         ("CASTSLICE_PATH_TOKEN", "has?query=1&more=2", "at least 16 characters from"),
@@ -108,6 +121,28 @@ def test_invalid_values_name_the_variable(variable: str, value: str, message: st
         load_config({variable: value})
     assert str(raised.value).startswith(variable)
     assert message in str(raised.value)
+
+
+def test_dra_settings_are_read() -> None:
+    config = load_config(
+        {
+            "CASTSLICE_BACKEND": "dra",
+            "CASTSLICE_DRA_DEVICE_CLASS": "gpu.example.com",
+            "CASTSLICE_DRA_CAPACITY": "example.com/slices",
+            "CASTSLICE_DRA_GPU_MEMORY": "24576Mi",
+        }
+    )
+    assert (config.dra_device_class, config.dra_capacity, config.dra_gpu_memory) == (
+        "gpu.example.com",
+        "example.com/slices",
+        24 * 2**30,
+    )
+    default = load_config({})
+    assert (default.dra_device_class, default.dra_capacity, default.dra_gpu_memory) == (
+        "gpu.nvidia.com",
+        "shares",
+        None,
+    )
 
 
 def test_max_ratio_bounds_default_and_presets() -> None:

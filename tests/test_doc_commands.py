@@ -222,7 +222,14 @@ def paths_read(command: str) -> list[str]:
             if option not in _PATH_OPTIONS:
                 continue
             value = attached or (words[index + 1] if index + 1 < len(words) else "")
-            if value and "://" not in value and "$" not in value and not value.isupper():
+            # "-" is standard input, as in `castslice claim-templates | kubectl apply -f -`.
+            if (
+                value
+                and value != "-"
+                and "://" not in value
+                and "$" not in value
+                and not value.isupper()
+            ):
                 found.append(value)
     return found
 

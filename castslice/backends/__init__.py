@@ -9,7 +9,8 @@ backend is one module here and one row in BACKENDS.
 from __future__ import annotations
 
 from ..config import Config
-from .base import Backend, Placement, sharing_degree, whole_gpus
+from .base import Backend, LeftAlone, Placement, sharing_degree, whole_gpus
+from .dra import DraBackend
 from .gke import GkeBackend
 from .nvidia import NvidiaBackend
 from .resource import ResourceBackend
@@ -18,11 +19,13 @@ BACKENDS: dict[str, type[Backend]] = {
     "resource": ResourceBackend,
     "nvidia": NvidiaBackend,
     "gke": GkeBackend,
+    "dra": DraBackend,
 }
 
 __all__ = [
     "BACKENDS",
     "Backend",
+    "LeftAlone",
     "Placement",
     "backend_class",
     "backend_for",

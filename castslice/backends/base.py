@@ -36,6 +36,15 @@ class Placement(NamedTuple):
     gpus: Fraction
     # Node labels the Pod's node must not carry (a required node affinity).
     absent_node_labels: tuple[str, ...] = ()
+    # The ResourceClaimTemplate each GPU container claims from, for backends that claim devices.
+    claim_template: str | None = None
+
+
+class LeftAlone(NamedTuple):
+    """Why a Pod is not changed: `reason` for the log line, `detail` for the user's warning."""
+
+    reason: str
+    detail: str
 
 
 def sharing_degree(config: Config, slices: int) -> int | None:
@@ -62,6 +71,11 @@ class Backend:
     name: ClassVar[str]
     # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
     placement_keys: ClassVar[tuple[str, ...]] = ()
+    # Whether Pods get their GPUs through ResourceClaims: the doctor then checks devices and
+    # claim templates instead of node capacity, Pending Pods and quotas.
+    claims_devices: ClassVar[bool] = False
+    # Why `castslice policy` cannot render this backend, or None when it can.
+    policy_mode_refusal: ClassVar[str | None] = None
     # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
     # whole-GPU Pods land on the same nodes as shared ones.
     whole_gpu_nodes_fix: ClassVar[str] = ""
@@ -84,19 +98,11 @@ class Backend:
     def place(self, slices: int) -> Placement:
         raise NotImplementedError
 
-    def placed_by_hand(self, spec: PodSpec) -> str | None:
+    def left_alone(self, spec: PodSpec) -> LeftAlone | None:
         """What in the Pod already decides what this backend would (a placement label set by
         hand), so that CastSlice leaves the Pod alone; None when nothing does."""
-        keys = self.placement_keys
-        selector = spec.get("nodeSelector") or {}
-        for key in keys:
-            if key in selector:
-                return f"nodeSelector {key}"
-        for term in required_node_terms(spec):
-            for expression in term.get("matchExpressions") or ():
-                if expression.get("key") in keys:
-                    return f"node affinity on {expression['key']}"
-        return None
+        where = _hand_placed(spec, self.placement_keys)
+        return LeftAlone("placed by hand", f"{where} set by hand") if where else None
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
@@ -113,6 +119,10 @@ class Backend:
         operations += node_selector_operations(spec, placement.node_selector)
         operations += absent_labels_operations(spec, placement.absent_node_labels)
         return operations
+
+    def notes(self, placement: Placement) -> tuple[str, ...]:
+        """Warnings on what a Pod does not get with `placement` on this backend."""
+        return ()
 
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
         """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
@@ -152,6 +162,19 @@ class Backend:
         """How policy mode computes a placement from `variables.slices`: "slice-count" (the
         count is the quantity) or "sharing-pools" (the degree `sharing_degree` chooses)."""
         return "sharing-pools"
+
+
+def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
+    """Where the Pod already names one of `keys` as a node label it needs, if it does."""
+    selector = spec.get("nodeSelector") or {}
+    for key in keys:
+        if key in selector:
+            return f"nodeSelector {key}"
+    for term in required_node_terms(spec):
+        for expression in term.get("matchExpressions") or ():
+            if expression.get("key") in keys:
+                return f"node affinity on {expression['key']}"
+    return None
 
 
 class SharingPoolBackend(Backend):

@@ -25,6 +25,8 @@ COMMANDS = {
     "URL or a Service, with matchConditions generated from the enrolment policy",
     "policy": "print a MutatingAdmissionPolicy and ValidatingAdmissionPolicies (with bindings) "
     "that do what the webhook does, for clusters on Kubernetes 1.36+",
+    "claim-templates": "print the ResourceClaimTemplates the dra backend's Pods claim from, "
+    "for the namespaces given",
     "doctor": "check a live installation: registration, endpoint, a dry-run Pod, nodes, "
     "Pending Pods, quotas and fail-open calls (read-only)",
 }
@@ -51,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, help_text in COMMANDS.items():
         command = commands.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
-            module = importlib.import_module(f"{__name__}.{name}")
+            module = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
             module.add_arguments(command)
             # Every command depends on the configuration: one set of flags for all.
             add_settings(command)

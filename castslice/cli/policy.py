@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..backends import backend_for
 from ..policymode import render_json, render_yaml
+from . import CommandError
 from .settings import config_from
 
 
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
+    refusal = backend_for(config).policy_mode_refusal
+    if refusal:
+        raise CommandError(refusal)
     render = render_json if args.output == "json" else render_yaml
     sys.stdout.write(render(config))
     return 0

@@ -40,6 +40,18 @@ SETTINGS = (
     Setting("--shared-resource", "CASTSLICE_SHARED_RESOURCE", "NAME", "the resource written"),
     Setting("--gpu-resource", "CASTSLICE_GPU_RESOURCE", "NAME", "the resource rewritten"),
     Setting("--presets", "CASTSLICE_PRESETS", "T=N,...", "workload types and their slices"),
+    Setting(
+        "--dra-device-class", "CASTSLICE_DRA_DEVICE_CLASS", "NAME",
+        "the DeviceClass the dra backend's claims name",
+    ),
+    Setting(
+        "--dra-capacity", "CASTSLICE_DRA_CAPACITY", "NAME",
+        "the device capacity the dra backend's claims request shares of",
+    ),
+    Setting(
+        "--dra-gpu-memory", "CASTSLICE_DRA_GPU_MEMORY", "QUANTITY",
+        "one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
+    ),
 )  # fmt: skip
 
 

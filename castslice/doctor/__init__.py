@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..backends import backend_for
 from ..config import Config
 from . import (
     capacity,
+    claim_templates,
+    devices,
     dry_run,
     endpoint,
     fail_open,
@@ -47,13 +50,31 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
             _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
         )
     cause = likely_cause.for_endpoint(config, live, webhook_names)
+    node_checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
+        (
+            (
+                devices.CHECK,
+                "get deviceclasses and list resourceslices",
+                lambda: devices.check_devices(cluster, config),
+            ),
+            (
+                claim_templates.CHECK,
+                "list pods and resourceclaimtemplates",
+                lambda: claim_templates.check_templates(cluster, config),
+            ),
+        )
+        if backend_for(config).claims_devices
+        else (
+            (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
+            (gpu_nodes.CHECK, "list nodes", lambda: gpu_nodes.check_gpu_nodes(cluster, config)),
+            (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
+            (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
+        )
+    )
     checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
         (endpoint.CHECK, "", lambda: cause(endpoint.check_endpoint(cluster, live, webhook_names))),
         (dry_run.CHECK, "", lambda: cause(dry_run.check_dry_run(cluster, config, namespace))),
-        (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
-        (gpu_nodes.CHECK, "list nodes", lambda: gpu_nodes.check_gpu_nodes(cluster, config)),
-        (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
-        (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
+        *node_checks,
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),
     )
     for check, rights, run in checks:

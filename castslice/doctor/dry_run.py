@@ -154,7 +154,16 @@ def check_dry_run(cluster: Cluster, config: Config, namespace: str) -> Result:
 def _summary(config: Config, namespace: str) -> str:
     expected = expected_pod(config, probe_pod(config, opted_in=True), namespace)
     resources = expected["spec"]["containers"][0]["resources"].get("limits") or {}
+    templates = sorted(
+        {
+            claim.get("resourceClaimTemplateName")
+            for claim in expected["spec"].get("resourceClaims") or ()
+        }
+    )
     text = _quantities_text(resources)
+    if templates:
+        claims = f"a claim from {', '.join(map(str, templates))}"
+        text = f"{text}, {claims}" if resources else claims
     selector = expected["spec"].get("nodeSelector")
     return f"{text} on {_labels_text(selector)}" if selector else text
 

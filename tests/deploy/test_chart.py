@@ -23,12 +23,13 @@ import yaml
 
 import castslice.tls
 from castslice import __version__
-from castslice.config import Config
+from castslice.config import Config, ConfigError
 from castslice.environment import load_config
 from tests.helm import (
     CHART,
     Objects,
     castslice_output,
+    claim_templates_command,
     run_helm,
     template,
     template_error,
@@ -166,7 +167,6 @@ def test_the_default_values_are_the_applications_defaults(helm: Path, tmp_path: 
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     environment = container_environment(objects, container)
     del environment["CASTSLICE_POLICY_FILE"]
-    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
     assert load_config(environment) == load_config({})
 
 
@@ -243,17 +243,9 @@ def test_every_setting_reaches_the_container_as_the_application_reads_it(
     environment = container_environment_with_secrets(objects, container)
     assert environment["CASTSLICE_POLICY_FILE"] == "/etc/castslice/policy.yaml"
     policy = only_named(objects, "ConfigMap", "castslice-policy")["data"]["policy.yaml"]
-    dra = {k: environment.pop(k) for k in list(environment) if k.startswith("CASTSLICE_DRA_")}
-    assert dra == {
-        "CASTSLICE_DRA_DEVICE_CLASS": "gpu.nvidia.com",
-        "CASTSLICE_DRA_CAPACITY": "shares",
-    }
     del environment["CASTSLICE_POLICY_FILE"]
-    if case.backend == "dra":
-        # Until the dra backend exists the application refuses the name; the rest is checked.
-        environment["CASTSLICE_BACKEND"] = "resource"
     config = load_config(environment)
-    assert config.backend == ("resource" if case.backend == "dra" else case.backend)
+    assert config.backend == case.backend
     assert config.slices_per_gpu == 8
     assert config.sharing_degrees == (2, 8)
     assert config.gpu_resource == "example.com/gpu"
@@ -347,12 +339,19 @@ def claim_templates_from_castslice(
     namespaces: list[str], slices: list[int], env: dict[str, str]
 ) -> Objects:
     """`castslice claim-templates` for the chart's claimTemplates, with the CASTSLICE_*
-    settings `env`: what the chart's ResourceClaimTemplates must equal once the dra backend
-    ships that command. Compare with chart_claim_templates(); the chart adds only its labels."""
-    from tests.helm import claim_templates_command
-
+    settings `env`. Compare with chart_claim_templates(); the chart adds only its labels."""
     output = castslice_output(claim_templates_command(namespaces, slices), env)
     return [doc for doc in yaml.safe_load_all(output) if doc]
+
+
+# The labels every object of the chart carries (castslice.labels), and only the chart's.
+CHART_LABELS = {
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+}
 
 
 def chart_claim_templates(objects: Objects) -> Objects:
@@ -360,9 +359,77 @@ def chart_claim_templates(objects: Objects) -> Objects:
     kept = []
     for claim in of_kind(objects, "ResourceClaimTemplate"):
         claim = copy_of(claim)
-        claim["metadata"]["labels"] = {"app.kubernetes.io/part-of": "castslice"}
+        labels = claim["metadata"]["labels"]
+        assert labels.keys() >= CHART_LABELS
+        claim["metadata"]["labels"] = {k: v for k, v in labels.items() if k not in CHART_LABELS}
         kept.append(claim)
     return kept
+
+
+# (values, what they cover): every setting a claim template depends on, set and unset.
+CLAIM_TEMPLATE_CASES = [
+    ({}, "the defaults: 4 per GPU, slices 1, 2, 4, no memory"),
+    ({"claimTemplates": {"namespaces": ["research", "team-a"], "slices": [1, 3, 8, 12]},
+      "slicesPerGpu": 8}, "two namespaces; 12 of 8 is the template for 16"),
+    ({"slicesPerGpu": 3, "draGpuMemory": "80Gi",
+      "claimTemplates": {"slices": [1, 2, 3, 4, 7]}}, "memory rounded up to a MiB: 27307Mi"),
+    ({"draGpuMemory": "24576Mi", "claimTemplates": {"slices": [3, 1, 2, 5, 8, 9]}},
+     "an unsorted list; 5 and 8 share one template"),
+    ({"slicesPerGpu": 8, "draGpuMemory": "1024Ti", "claimTemplates": {"slices": [1, 7, 64]}},
+     "the largest memory, in Ti"),
+    ({"slicesPerGpu": 4, "draGpuMemory": "7Mi", "claimTemplates": {"slices": [1, 3]}},
+     "a share below a MiB's multiple: 2Mi and 6Mi"),
+    ({"slicesPerGpu": 1, "draGpuMemory": "40Gi", "claimTemplates": {"slices": [1, 2, 3]}},
+     "one slice per GPU: only whole devices, never memory"),
+    ({"draDeviceClass": "gpu.example.com", "draCapacity": "example.com/slices",
+      "slicesPerGpu": 10, "draGpuMemory": "1Ti",
+      "claimTemplates": {"namespaces": ["ml"], "slices": [1, 3, 5, 9, 10, 25]}},
+     "another device class and a qualified capacity name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "covers"), CLAIM_TEMPLATE_CASES, ids=[c for _, c in CLAIM_TEMPLATE_CASES]
+)
+def test_the_claim_templates_are_what_castslice_claim_templates_renders(
+    helm: Path, tmp_path: Path, values: dict[str, Any], covers: str
+) -> None:
+    values = {"backend": "dra", **values}
+    values["claimTemplates"] = {"namespaces": ["research"], **values.get("claimTemplates", {})}
+    objects = template(helm, tmp_path, values)
+    # castslice runs with the very settings the chart gives the Deployment.
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    claim_templates = values["claimTemplates"]
+    slices = claim_templates.get("slices", [1, 2, 4])
+    expected = claim_templates_from_castslice(claim_templates["namespaces"], slices, environment)
+    assert expected
+    assert chart_claim_templates(objects) == expected
+
+
+# Every form of CASTSLICE_DRA_GPU_MEMORY near the edges of what the application accepts.
+GPU_MEMORY_VALUES = [
+    "80Gi", "24576Mi", "1Mi", "1Ti", "1024Ti", "1048576Gi", "1073741824Mi", "999Gi",
+    "1025Ti", "1048577Gi", "1073741825Mi", "2000Ti", "0Mi", "0Gi", "080Gi", "80G", "80GB",
+    "1.5Ti", "85899345920", "80gi", "1Ki", "1Pi", "-80Gi", "Gi", "8e10",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("memory", GPU_MEMORY_VALUES)
+def test_the_schema_accepts_the_gpu_memory_the_application_accepts(
+    helm: Path, tmp_path: Path, memory: str
+) -> None:
+    try:
+        load_config({"CASTSLICE_BACKEND": "dra", "CASTSLICE_DRA_GPU_MEMORY": memory})
+        accepted = True
+    except ConfigError:
+        accepted = False
+    values = {"backend": "dra", "draGpuMemory": memory}
+    if accepted:
+        template(helm, tmp_path, values)
+    else:
+        assert "/draGpuMemory" in template_error(helm, tmp_path, values)
 
 
 # A bad value and what the refusal must name; the schema checks what the environment would.
@@ -685,13 +752,15 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         "defaultSlices": 2,
         "maxSliceRatio": 1_000_000,
         "pathToken": SAMPLE_TOKEN,
+        "draDeviceClass": "gpu.example.com",
+        "draCapacity": "example.com/slices",
+        "draGpuMemory": "24576Mi",
         "metrics": {"enabled": True, "port": 9191},
     }
     objects = template(helm, tmp_path, values)
     (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     environment = container_environment_with_secrets(objects, container)
     del environment["CASTSLICE_POLICY_FILE"]
-    environment = {k: v for k, v in environment.items() if not k.startswith("CASTSLICE_DRA_")}
     loaded = load_config(environment)
     assert loaded == Config(
         shared_resource="example.com/gpu-slice",
@@ -706,6 +775,9 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         sharing_strategy="mps",
         metrics=True,
         metrics_port=9191,
+        dra_device_class="gpu.example.com",
+        dra_capacity="example.com/slices",
+        dra_gpu_memory=24576 * 2**20,
     )
     default = Config()
     for field in dataclasses.fields(Config):

@@ -181,3 +181,22 @@ def test_the_readme_names_each_backend_and_file() -> None:
     for path in sorted(GPU_SHARING.rglob("*.yaml")):
         assert str(path.relative_to(GPU_SHARING)) in readme, path
     assert "CASTSLICE_SHARED_RESOURCE=nvidia.com/gpu.shared" in readme
+
+
+DRA = GPU_SHARING / "dra"
+
+
+def test_the_shipped_claim_templates_are_the_renderer_output() -> None:
+    from castslice.claimtemplates import claim_templates, default_counts
+
+    config = load_config({"CASTSLICE_BACKEND": "dra"})
+    shipped = list(yaml.safe_load_all((DRA / "claim-templates.yaml").read_text()))
+    assert shipped == claim_templates(config, [None], default_counts(config).counts)
+    for template in shipped:
+        kubernetes_validate.validate(template, "1.37", strict=True)
+
+
+def test_the_dra_driver_publishes_as_many_shares_as_castslice_counts() -> None:
+    values = yaml.safe_load((DRA / "dra-driver-values.yaml").read_text())
+    assert values["featureGates"] == {"ConsumableShares": True}
+    assert values["consumableShares"] == str(load_config({}).slices_per_gpu)

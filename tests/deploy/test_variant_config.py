@@ -53,6 +53,9 @@ SETTINGS = {
     "CASTSLICE_SLICES_PER_GPU": "8",
     "CASTSLICE_SHARING_DEGREES": "2,4,8",
     "CASTSLICE_SHARING_STRATEGY": "mps",
+    "CASTSLICE_DRA_DEVICE_CLASS": "gpu.example.com",
+    "CASTSLICE_DRA_CAPACITY": "example.com/slices",
+    "CASTSLICE_DRA_GPU_MEMORY": "80Gi",
 }
 # The path token is for the public URL only; metrics for the chart only.
 VARIANT_SETTINGS = {

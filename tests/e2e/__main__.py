@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 from types import FrameType
@@ -21,6 +22,7 @@ from ..procs import HarnessError
 from . import tools
 from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
+from .dra import create_dra_nodes
 from .nodes import (
     BACKENDS,
     GKE_CLIENTS,
@@ -31,6 +33,9 @@ from .nodes import (
     standard_pools,
 )
 from .registration import register_and_wait
+
+# The backends `up` can start nodes for: the device-plugin ones, and DRA devices (dra.py).
+_UP_BACKENDS = (*BACKENDS, "dra")
 
 _EXAMPLE = """\
 kubectl get nodes -L {columns}
@@ -65,7 +70,14 @@ _COLUMNS = {
     "resource": "type",
     "nvidia": f"{NVIDIA_REPLICAS},{NVIDIA_STRATEGY}",
     "gke": f"{GKE_STRATEGY},{GKE_CLIENTS}",
+    "dra": "type",
 }
+# On `dra` the scheduler's reason is its DynamicResources plugin's, not Insufficient.
+_DRA_EXAMPLE = """\
+kubectl get resourceclaimtemplates,resourceslices
+kubectl get resourceclaims -o yaml | grep -E 'device:|shareID|shares:'   # one device, 4 shares
+kubectl describe pods | grep 'cannot allocate all claims'
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,20 +102,28 @@ def _up() -> int:
     settings = {key: value for key, value in os.environ.items() if key.startswith("CASTSLICE_")}
     token = settings.get("CASTSLICE_PATH_TOKEN", "")
     backend = settings.get("CASTSLICE_BACKEND", "resource").strip()
-    if backend not in BACKENDS:
-        raise HarnessError(f"CASTSLICE_BACKEND={backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend not in _UP_BACKENDS:
+        raise HarnessError(
+            f"CASTSLICE_BACKEND={backend!r}: expected one of {', '.join(_UP_BACKENDS)}"
+        )
     with LocalControlPlane(binaries) as plane, CastSliceServer(nginx, settings) as server:
         api = plane.api_client()
         register_and_wait(api, server, path=token)
-        nodes = create_nodes(api, backend, standard_pools(backend))
+        if backend == "dra":
+            # One node with one shareable GPU, and the templates in `default`.
+            names = create_dra_nodes(api, [1])
+            _apply_claim_templates(plane.kubeconfig, settings)
+        else:
+            names = [node.name for node in create_nodes(api, backend, standard_pools(backend))]
         print(
             f"\nAPI server:     {plane.server_url}\n"
             f"CastSlice:      {server.url(token)} (backend: {backend})\n"
-            f"fake GPU nodes: {', '.join(node.name for node in nodes)}\n"
+            f"fake GPU nodes: {', '.join(names)}\n"
             f"request log:    {server.workdir}/logs/castslice.out\n"
             f"cluster logs:   {plane.logs}\n\n"
             f"export KUBECONFIG={plane.kubeconfig}\n\n"
-            f"{_EXAMPLE.format(columns=_COLUMNS[backend])}\n\n"
+            f"{_EXAMPLE.format(columns=_COLUMNS[backend])}\n"
+            f"{_DRA_EXAMPLE if backend == 'dra' else ''}\n"
             "Ctrl-C stops everything.",
             flush=True,
         )
@@ -112,6 +132,28 @@ def _up() -> int:
         except KeyboardInterrupt:
             print("\nstopping…", flush=True)
     return 0
+
+
+def _apply_claim_templates(kubeconfig: object, settings: dict[str, str]) -> None:
+    """`castslice claim-templates -n default | kubectl apply -f -`, as a user would."""
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")},
+        **settings,
+    }
+    rendered = subprocess.run(
+        [sys.executable, "-m", "castslice", "claim-templates", "-n", "default"],
+        capture_output=True,
+        text=True,
+        env=environ,
+        check=True,
+    ).stdout
+    subprocess.run(
+        [str(tools.kubectl()), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -131,6 +131,9 @@ def _gpu_side(backend: str, pool: Pool) -> tuple[dict[str, str], dict[str, str]]
         if pool.sharing is None:
             return {}, {GPU: str(gpus)}
         return {}, {SEED_SHARED: str(gpus * pool.sharing)}
+    if backend == "dra":
+        # Its GPUs are devices in a ResourceSlice (dra.py), not an extended resource.
+        return {}, {}
     if backend == "nvidia":
         return _nvidia_side(pool, gpus)
     if backend == "gke":

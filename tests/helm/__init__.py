@@ -141,7 +141,7 @@ def claim_templates_command(namespaces: Sequence[str], slices: Sequence[int]) ->
     """The `castslice claim-templates` arguments that render the chart's claimTemplates.
 
     The chart's ResourceClaimTemplates must equal this command's output for the same
-    settings, once the dra backend (and this command) exist.
+    settings (tests/deploy/test_chart.py compares them).
     """
     args = ["claim-templates"]
     for namespace in namespaces:

@@ -1,0 +1,116 @@
+"""The ResourceClaimTemplates the `dra` backend's Pods claim from, one per slice count.
+
+The webhook never creates objects (it is side-effect free and dry-run safe), so
+these are shipped: `castslice claim-templates` prints them and every deployment
+applies them in each namespace with opted-in Pods. A Pod whose template is
+missing stays Pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .backends.dra import (
+    API_VERSION,
+    TEMPLATE_PREFIX,
+    claim_template_spec,
+    template_name,
+    template_slices,
+)
+from .config import Config
+
+Manifest = dict[str, Any]
+
+__all__ = [
+    "API_VERSION",
+    "TEMPLATE_PREFIX",
+    "chosen_counts",
+    "claim_template",
+    "claim_templates",
+    "default_counts",
+    "reachable_counts",
+]
+
+# Every template carries it: doctor and `kubectl get -l` find them by it.
+PART_OF = ("app.kubernetes.io/part-of", "castslice")
+# Beyond this many templates per namespace, only the counts the settings name are rendered.
+MAX_TEMPLATES = 64
+
+
+class TemplateCounts(NamedTuple):
+    """The slice counts to render, and what a user must do when some reachable ones are not."""
+
+    counts: tuple[int, ...]
+    note: str | None = None
+
+
+def reachable_counts(config: Config) -> list[int]:
+    """Every template slice count some Pod can get: any `slice-ratio` from 1 to the maximum."""
+    per_gpu, most = config.slices_per_gpu, config.max_slice_ratio
+    shares = range(1, min(per_gpu - 1, most) + 1)
+    whole = range(per_gpu, template_slices(config, most) + 1, per_gpu) if most >= per_gpu else ()
+    return [*shares, *whole]
+
+
+def configured_counts(config: Config) -> set[int]:
+    """The counts the presets, the enrolment policy's rules and the default give."""
+    counts = {config.default_slices, *config.presets.values()}
+    if config.policy is not None:
+        counts |= {rule.rule_slices for rule in config.policy.rules if rule.rule_slices}
+    return {template_slices(config, count) for count in counts}
+
+
+def default_counts(config: Config) -> TemplateCounts:
+    """Every reachable count when that is at most MAX_TEMPLATES; otherwise the configured counts
+    plus every share of one GPU (when those fit), with a note naming what is left out."""
+    reachable = reachable_counts(config)
+    if len(reachable) <= MAX_TEMPLATES:
+        return TemplateCounts(tuple(reachable))
+    chosen = configured_counts(config)
+    shares = range(1, config.slices_per_gpu)
+    if len(shares) + len(chosen) <= MAX_TEMPLATES:
+        chosen |= set(shares)
+    chosen.add(template_slices(config, config.slices_per_gpu))
+    counts = tuple(sorted(chosen))
+    note = (
+        f"slice-ratio can ask for up to {config.max_slice_ratio} slices "
+        f"(CASTSLICE_MAX_SLICE_RATIO), {len(reachable)} templates; rendered the "
+        f"{len(counts)} for {_counts_text(counts)}. A Pod asking for another count stays "
+        "Pending: add it with --slices, or set CASTSLICE_MAX_SLICE_RATIO="
+        f"{counts[-1]} so that slice-ratio cannot ask for more"
+    )
+    return TemplateCounts(counts, note)
+
+
+def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:
+    """The template counts for the slice counts given (`--slices`), each once, in order."""
+    return tuple(sorted({template_slices(config, count) for count in asked}))
+
+
+def claim_template(config: Config, slices: int, namespace: str | None = None) -> Manifest:
+    metadata: dict[str, Any] = {"name": template_name(config, slices)}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": claim_template_spec(config, slices),
+    }
+
+
+def claim_templates(
+    config: Config, namespaces: Sequence[str | None], counts: Sequence[int]
+) -> list[Manifest]:
+    """One template per count in each namespace (None: no namespace, `kubectl apply -n` sets it)."""
+    return [
+        claim_template(config, count, namespace) for namespace in namespaces for count in counts
+    ]
+
+
+def _counts_text(counts: Sequence[int]) -> str:
+    if len(counts) > 1 and list(counts) == list(range(counts[0], counts[-1] + 1)):
+        return f"{counts[0]}-{counts[-1]} slices"
+    return ", ".join(map(str, counts)) + (" slice" if counts == (1,) else " slices")

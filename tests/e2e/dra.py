@@ -1,0 +1,157 @@
+"""Fake GPU nodes for the `dra` backend: devices published as the NVIDIA DRA driver does.
+
+The kubelet plugin of kubernetes-sigs/dra-driver-nvidia-gpu, run with the
+`ConsumableShares` feature gate and `--consumable-shares=4`, publishes one
+ResourceSlice per node (driver `gpu.nvidia.com`, a pool named after the node)
+whose GPUs carry `allowMultipleAllocations: true`, a `shares` capacity of 4
+with request policy default 1, min 1, max 4, step 1, and their `memory` with
+default 0, min 0, step 1Mi, max the GPU's memory (the driver's
+demo/specs/consumable-shares/README.md and its consumable-capacity guide). Its
+Helm chart ships the DeviceClass `gpu.nvidia.com` selecting them. Here the
+slices are written once, at node creation, as that plugin would; KWOK plays
+the kubelet, so no claim is ever prepared on a node, only allocated.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import kubernetes.client
+
+from .nodes import Pool, clear_unscheduled_pods, create_nodes, delete_nodes
+
+Manifest = dict[str, Any]
+
+DRIVER = "gpu.nvidia.com"
+DEVICE_CLASS = DRIVER
+SHARES = 4
+# A T4, as the driver reads it from NVML.
+_MEMORY = "15Gi"
+_MEMORY_MIB = "15360Mi"
+_GROUP, _VERSION = "resource.k8s.io", "v1"
+
+
+def device_class() -> Manifest:
+    """The DeviceClass the driver's chart installs for full GPUs."""
+    return {
+        "apiVersion": f"{_GROUP}/{_VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f"device.driver == '{DRIVER}' && "
+                        f"device.attributes['{DRIVER}'].type == 'gpu'"
+                    }
+                }
+            ]
+        },
+    }
+
+
+def gpu_device(index: int) -> Manifest:
+    return {
+        "name": f"gpu-{index}",
+        "allowMultipleAllocations": True,
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": f"GPU-{uuid.uuid4()}"},
+            "index": {"int": index},
+            "minor": {"int": index},
+            "productName": {"string": "Tesla T4"},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": "Turing"},
+            "cudaComputeCapability": {"version": "7.5.0"},
+            "driverVersion": {"version": "580.95.5"},
+            "cudaDriverVersion": {"version": "13.0.0"},
+        },
+        "capacity": {
+            "memory": {
+                "value": _MEMORY,
+                "requestPolicy": {
+                    "default": "0",
+                    "validRange": {"min": "0", "max": _MEMORY_MIB, "step": "1Mi"},
+                },
+            },
+            "shares": {
+                "value": str(SHARES),
+                "requestPolicy": {
+                    "default": "1",
+                    "validRange": {"min": "1", "max": str(SHARES), "step": "1"},
+                },
+            },
+        },
+    }
+
+
+def resource_slice(node: str, node_uid: str, gpus: int) -> Manifest:
+    return {
+        "apiVersion": f"{_GROUP}/{_VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "generateName": f"{node}-{DRIVER}-",
+            # As the kubelet plugin does: the slice goes with its node.
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": node,
+                    "uid": node_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [gpu_device(index) for index in range(gpus)],
+        },
+    }
+
+
+def ensure_device_class(api: kubernetes.client.ApiClient) -> None:
+    resource = kubernetes.client.ResourceV1Api(api)
+    try:
+        resource.create_device_class(device_class())
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def create_dra_nodes(api: kubernetes.client.ApiClient, gpus: list[int]) -> list[str]:
+    """One node per entry, with that many shareable GPUs in its ResourceSlice; no device plugin."""
+    ensure_device_class(api)
+    nodes = create_nodes(
+        api, "dra", [Pool(f"dra{i}", None, gpus_per_node=n) for i, n in enumerate(gpus)]
+    )
+    core = kubernetes.client.CoreV1Api(api)
+    resource = kubernetes.client.ResourceV1Api(api)
+    try:
+        for node, count in zip(nodes, gpus, strict=True):
+            stored = core.read_node(node.name)
+            resource.create_resource_slice(resource_slice(node.name, stored.metadata.uid, count))
+    except BaseException:
+        delete_nodes(api, [node.name for node in nodes])
+        raise
+    return [node.name for node in nodes]
+
+
+@contextmanager
+def dra_nodes(
+    api: kubernetes.client.ApiClient, gpus: list[int], namespace: str
+) -> Iterator[list[str]]:
+    """DRA GPU nodes for one test whose Pods live in `namespace`; deleted (with their slices)."""
+    clear_unscheduled_pods(api, namespace)
+    names = create_dra_nodes(api, gpus)
+    try:
+        yield names
+    finally:
+        delete_nodes(api, names)
+        resource = kubernetes.client.ResourceV1Api(api)
+        for name in names:
+            resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
