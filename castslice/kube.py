@@ -73,3 +73,10 @@ class Workload(TypedDict, total=False):
 
     metadata: ObjectMeta | None
     spec: WorkloadSpec | None
+
+
+class OperatorResource(TypedDict, total=False):
+    """An operator's resource as reviewed: its templates are found, and checked, by the walker."""
+
+    metadata: ObjectMeta | None
+    spec: dict[str, Any] | None

@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import base64
 import copy
-import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import cel
 from .config import Config
-from .contract import ANNOTATION_PREFIX, DEFAULT_NAMESPACE, POLICY_ANNOTATION
+from .contract import DEFAULT_NAMESPACE, POLICY_ANNOTATION
 from .manifest_files import dump_yaml
 from .names import MIN_PATH_TOKEN_LENGTH, is_dns_label, is_dns_subdomain, is_path_token
-from .operator_kinds import OPERATOR_KINDS, TemplateLocation
 from .selection import (
     RegistrationError,
-    carries_castslice_annotations,
-    condition,
     namespace_selector,
     pod_match_conditions,
     pod_rules,
+    workload_kinds,
     workload_match_conditions,
     workload_rules,
 )
@@ -87,88 +83,15 @@ def pod_webhook(config: Config, client: Manifest, namespaces: Manifest) -> Manif
 
 
 def workload_webhook(client: Manifest, namespaces: Manifest) -> Manifest:
-    """The workload webhook: the built-in workloads, and the operators' resources."""
-    [annotated] = workload_match_conditions()
+    """The workload webhook: Kubernetes' workload kinds, and the operators' resources."""
+    kinds = workload_kinds(custom_resources=True)
     return {
         "name": WORKLOAD_WEBHOOK,
         **_common_settings(client),
-        "rules": [*workload_rules(), *operator_rules()],
+        "rules": workload_rules(kinds),
         "namespaceSelector": namespaces,
-        "matchConditions": [condition(annotated["name"], operator_annotations_expression())],
+        "matchConditions": workload_match_conditions(kinds),
     }
-
-
-def operator_rules() -> list[Manifest]:
-    """CREATE and UPDATE of the operators' resources that hold Pod templates, one rule a group.
-
-    The API server accepts rules for groups it does not serve; they match once the
-    operator's CRDs are installed.
-    """
-    groups: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
-    for entry in OPERATOR_KINDS:
-        versions, resources = groups.setdefault(entry.group, ({}, {}))
-        versions.update(dict.fromkeys(entry.versions))
-        resources[entry.resource] = None
-    return [
-        {
-            "operations": ["CREATE", "UPDATE"],
-            "apiGroups": [group],
-            "apiVersions": list(versions),
-            "resources": list(resources),
-            # Some are cluster-scoped (ClusterTrainingRuntime, ClusterWorkflowTemplate).
-            "scope": "*",
-        }
-        for group, (versions, resources) in groups.items()
-    ]
-
-
-def operator_annotations_expression() -> str:
-    """carries_castslice_annotations, also looking into each operator's Pod templates."""
-    prefix = cel.string(ANNOTATION_PREFIX)
-    terms = [carries_castslice_annotations()]
-    for path in dict.fromkeys(_annotations_path(location) for location in _operator_locations()):
-        term = _annotated_at("object", path.split("."), prefix, 0)
-        if term not in terms[0]:
-            terms.append(term)
-    return cel.any_of(terms, separator="\n")
-
-
-def _operator_locations() -> list[TemplateLocation]:
-    return [location for entry in OPERATOR_KINDS for location in entry.templates]
-
-
-def _annotations_path(location: TemplateLocation) -> str:
-    tail = "annotations" if location.shape == "pod-spec" else "metadata.annotations"
-    return f"{location.path}.{tail}"
-
-
-_LIST_SEGMENT = re.compile(r"(?P<field>[^.\[\]]+)\[[^.\[\]]+\]")
-
-
-def _annotated_at(base: str, segments: list[str], prefix: str, depth: int) -> str:
-    """Some `castops.io/` annotation at the wildcard path `segments` below `base`.
-
-    Every field is tested with has() before it is read, and each wildcard becomes
-    an exists() over the map's keys or the list's items.
-    """
-    terms: list[str] = []
-    current = base
-    for index, segment in enumerate(segments):
-        rest = segments[index + 1 :]
-        listed = _LIST_SEGMENT.fullmatch(segment)
-        field = listed["field"] if listed else segment
-        if field == "*":
-            continue
-        terms.append(f"has({current}.{field})")
-        current = f"{current}.{field}"
-        variable = f"v{depth}"
-        if rest and rest[0] == "*":
-            inner = _annotated_at(f"{current}[{variable}]", rest[1:], prefix, depth + 1)
-            return cel.all_of([*terms, cel.exists(current, variable, inner)])
-        if listed:
-            inner = _annotated_at(variable, rest, prefix, depth + 1)
-            return cel.all_of([*terms, cel.exists(current, variable, inner)])
-    return cel.all_of([*terms, cel.exists(current, "k", f"k.startsWith({prefix})")])
 
 
 def _common_settings(client: Manifest) -> Manifest:

@@ -9,9 +9,8 @@ from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from .contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates_at
-from .kube import Pod, PodTemplateSpec, Workload
-from .operator_kinds import KIND_NAMES, OperatorResource, operator_kind
+from .contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates
+from .kube import OperatorResource, Pod, PodTemplateSpec, Workload
 from .patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
@@ -125,10 +124,10 @@ def decode_review(body: bytes) -> AdmissionRequest:
         workload = WORKLOADS.get(
             (object_kind.get("group"), object_kind.get("version"), object_kind.get("kind"))
         )
+        if workload is not None and workload.custom_resource:
+            return _operator_request(body) or request
         if workload is not None:
             return _workload_request(body, request["uid"], workload)
-    if object_kind is not None and object_kind.get("kind") in KIND_NAMES:
-        return _operator_request(body) or request
     return request
 
 
@@ -170,17 +169,16 @@ def _templated_request(body: bytes, uid: str, workload: WorkloadKind) -> Admissi
     except msgspec.ValidationError as error:
         raise UnreadableObject(uid, str(error)) from None
     workload_object = request.get("object") or {}
-    for location in workload.templates:
-        for path, template in list(templates_at(workload_object, location)):
-            try:
-                typed = msgspec.convert(template, PodTemplateSpec)
-            except msgspec.ValidationError as error:
-                where = "$.request.object." + ".".join(path)
-                raise UnreadableObject(uid, str(error).replace("`$", f"`{where}")) from None
-            parent: Any = workload_object
-            for key in path[:-1]:
-                parent = parent[int(key)] if isinstance(parent, list) else parent[key]
-            parent[path[-1] if isinstance(parent, dict) else int(path[-1])] = typed
+    for site in templates(workload, workload_object):
+        try:
+            typed = msgspec.convert(site.node, PodTemplateSpec)
+        except msgspec.ValidationError as error:
+            where = "$.request.object." + ".".join(site.path)
+            raise UnreadableObject(uid, str(error).replace("`$", f"`{where}")) from None
+        parent: Any = workload_object
+        for step in site.steps[:-1]:
+            parent = parent[step]
+        parent[site.steps[-1]] = typed
     request["object"] = workload_object
     return request
 
@@ -204,9 +202,8 @@ def _operator_request(body: bytes) -> AdmissionRequest[OperatorResource] | None:
         return None
     request = review.get("request") or {}
     kind = request.get("kind") or {}
-    if not request.get("uid") or (
-        operator_kind(kind.get("group"), kind.get("version"), kind.get("kind")) is None
-    ):
+    workload = WORKLOADS.get((kind.get("group"), kind.get("version"), kind.get("kind")))
+    if not request.get("uid") or workload is None or not workload.custom_resource:
         return None
     return request
 

@@ -19,14 +19,14 @@ from .contract import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
     DEFAULT_NAMESPACE,
-    EACH_ITEM,
     EACH_VALUE,
     MIRROR,
     OPTIMIZE,
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     WorkloadKind,
-    templates_at,
+    list_segment,
+    sites_at,
     workload_kind,
 )
 from .patch import gpu_containers
@@ -80,20 +80,33 @@ def pod_rules() -> list[Manifest]:
     ]
 
 
-def workload_rules(kinds: Sequence[WorkloadKind] = WORKLOAD_KINDS) -> list[Manifest]:
-    """CREATE and UPDATE of every workload kind that has a Pod template (or of `kinds`)."""
-    by_group: dict[tuple[str, str], list[str]] = {}
-    for kind in kinds:
-        by_group.setdefault((kind.group, kind.version), []).append(kind.resource)
+def workload_kinds(custom_resources: bool = False) -> tuple[WorkloadKind, ...]:
+    """The workload kinds Kubernetes serves, and with `custom_resources` the operators' too."""
+    return tuple(kind for kind in WORKLOAD_KINDS if custom_resources or not kind.custom_resource)
+
+
+def workload_rules(kinds: Sequence[WorkloadKind] | None = None) -> list[Manifest]:
+    """CREATE and UPDATE of `kinds` (by default, Kubernetes' own workload kinds), one rule an
+    API group.
+
+    An operator's group gets scope `*`: its kinds may be cluster-scoped (ClusterTrainingRuntime),
+    and the API server accepts rules for groups it does not serve; they match once the
+    operator's CRDs are installed.
+    """
+    groups: dict[tuple[str, bool], tuple[dict[str, None], dict[str, None]]] = {}
+    for kind in workload_kinds() if kinds is None else kinds:
+        versions, resources = groups.setdefault((kind.group, kind.custom_resource), ({}, {}))
+        versions.update(dict.fromkeys(kind.versions))
+        resources[kind.resource] = None
     return [
         {
             "operations": ["CREATE", "UPDATE"],
             "apiGroups": [group],
-            "apiVersions": [version],
-            "resources": resources,
-            "scope": "Namespaced",
+            "apiVersions": list(versions),
+            "resources": list(resources),
+            "scope": "*" if custom_resource else "Namespaced",
         }
-        for (group, version), resources in by_group.items()
+        for (group, custom_resource), (versions, resources) in groups.items()
     ]
 
 
@@ -244,48 +257,63 @@ def requirement_matches(requirement: Requirement) -> str:
 # The workload webhook's matchCondition -----------------------------------------------
 
 
-def workload_match_conditions() -> list[Manifest]:
-    return [condition("castslice-annotations", carries_castslice_annotations())]
+def workload_match_conditions(kinds: Sequence[WorkloadKind] | None = None) -> list[Manifest]:
+    return [condition("castslice-annotations", carries_castslice_annotations(kinds))]
 
 
-def carries_castslice_annotations() -> str:
-    """Any `castops.io/` annotation on the workload itself or on the Pods it creates."""
+def carries_castslice_annotations(kinds: Sequence[WorkloadKind] | None = None) -> str:
+    """Any `castops.io/` annotation on the workload itself or on the Pods its templates create,
+    at the template paths of `kinds` (by default, Kubernetes' own workload kinds).
+
+    The built-in kinds' paths come first as one group (the condition policy mode uses); each
+    operator's path not already in it is added after.
+    """
+    kinds = workload_kinds() if kinds is None else kinds
     # The object's own metadata is always there; a Pod template's may not be.
-    terms = [_annotated("object.metadata", "object.metadata")]
-    for kind in WORKLOAD_KINDS:
-        for location in kind.templates:
-            terms.append(_any_at("object", "object", location.path, _annotated_template))
-    return cel.any_of(dict.fromkeys(terms), separator="\n")
-
-
-def _annotated(metadata: str, known: str) -> str:
-    prefix = cel.string(ANNOTATION_PREFIX)
-    return cel.all_of(
-        [
-            *cel.has_path_terms(f"{metadata}.annotations", known),
-            cel.exists(f"{metadata}.annotations", "k", f"k.startsWith({prefix})"),
-        ]
+    own = [_annotated_at("object.metadata", ["annotations"])]
+    built_in = cel.any_of(
+        dict.fromkeys([*own, *_template_terms(k for k in kinds if not k.custom_resource)]),
+        separator="\n",
+    )
+    operators = _template_terms(k for k in kinds if k.custom_resource)
+    return cel.any_of(
+        [built_in, *(term for term in dict.fromkeys(operators) if term not in built_in)],
+        separator="\n",
     )
 
 
-def _annotated_template(template: str, known: str) -> str:
-    return _annotated(f"{template}.metadata", known)
+def _template_terms(kinds: Iterable[WorkloadKind]) -> list[str]:
+    return [
+        _annotated_at("object", location.annotations_path.split("."))
+        for kind in kinds
+        for location in kind.templates
+    ]
 
 
-def _any_at(subject: str, known: str, path: Sequence[str], predicate: Any) -> str:
-    """`predicate(expression, known)` for some value at `path` below `subject`; every map
-    value (EACH_VALUE) and every list item (EACH_ITEM) on the way is tried."""
-    for index, segment in enumerate(path):
-        if segment in (EACH_VALUE, EACH_ITEM):
-            bound = f"v{index}"
-            # A map's comprehension binds its keys, a list's its items.
-            element = f"{subject}[{bound}]" if segment == EACH_VALUE else bound
-            inner = _any_at(element, element, path[index + 1 :], predicate)
-            return cel.all_of(
-                [*cel.has_path_terms(subject, known), cel.exists(subject, bound, inner)]
-            )
-        subject = f"{subject}.{segment}"
-    return predicate(subject, known)
+def _annotated_at(base: str, segments: list[str], depth: int = 0) -> str:
+    """Some `castops.io/` annotation in the map at the template path `segments` below `base`.
+
+    Every field is tested with has() before it is read, and each wildcard becomes an
+    exists() over the map's keys or the list's items.
+    """
+    terms: list[str] = []
+    current = base
+    for index, segment in enumerate(segments):
+        rest = segments[index + 1 :]
+        field = list_segment(segment) or segment
+        if field == EACH_VALUE:
+            continue
+        terms.append(f"has({current}.{field})")
+        current = f"{current}.{field}"
+        variable = f"v{depth}"
+        if rest and rest[0] == EACH_VALUE:
+            inner = _annotated_at(f"{current}[{variable}]", rest[1:], depth + 1)
+            return cel.all_of([*terms, cel.exists(current, variable, inner)])
+        if field != segment:
+            inner = _annotated_at(variable, rest, depth + 1)
+            return cel.all_of([*terms, cel.exists(current, variable, inner)])
+    prefix = cel.string(ANNOTATION_PREFIX)
+    return cel.all_of([*terms, cel.exists(current, "k", f"k.startsWith({prefix})")])
 
 
 # The same selection in Python ----------------------------------------------------------
@@ -354,18 +382,20 @@ def sends_workload(
     row = workload_kind(group, version, kind)
     if row is None:
         return Selection(False, f"{kind} is not a workload CastSlice reviews")
-    excluded = namespace_excluded(namespace, own_namespace)
+    # The namespaceSelector never skips a cluster-scoped object.
+    excluded = row.scope == "Namespaced" and namespace_excluded(namespace, own_namespace)
     if excluded:
         return Selection(False, excluded)
+    # As the matchCondition does: every template path of every kind, whatever the object's kind.
     places = [workload.get("metadata") or {}]
     places += [
-        template.get("metadata") or {}
+        site.node if location.shape == "pod-spec" else site.node.get("metadata") or {}
         for row_kind in WORKLOAD_KINDS
         for location in row_kind.templates
-        for _, template in templates_at(workload, location)
+        for site in sites_at(workload, location)
     ]
-    for metadata in places:
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    for holder in places:
+        annotations = holder.get("annotations") if isinstance(holder, Mapping) else None
         if isinstance(annotations, Mapping) and any(
             str(key).startswith(ANNOTATION_PREFIX) for key in annotations
         ):

@@ -19,19 +19,13 @@ from .contract import (
     OPTIMIZE,
     USER_ANNOTATIONS,
     TemplateLocation,
+    TemplateSite,
     WorkloadKind,
-    templates_at,
+    sites_at,
+    templates,
     workload_kind,
 )
-from .kube import ObjectMeta, Pod, PodTemplateSpec, Workload
-from .operator_kinds import (
-    OperatorKind,
-    OperatorResource,
-    TemplateSite,
-    operator_kind,
-    template_of,
-    templates,
-)
+from .kube import ObjectMeta, OperatorResource, Pod, PodTemplateSpec, Workload
 from .outcome import Outcome
 from .patch import gpu_containers
 from .review import POD_KIND, AdmissionRequest, GroupVersionKind
@@ -56,14 +50,7 @@ def kind_of(kind: GroupVersionKind | None) -> WorkloadKind | None:
 
 
 def is_workload(kind: GroupVersionKind | None) -> bool:
-    return kind_of(kind) is not None or operator_kind_of(kind) is not None
-
-
-def operator_kind_of(kind: GroupVersionKind | None) -> OperatorKind | None:
-    """The operator's kind `kind` is (PyTorchJob, RayCluster…), or None."""
-    if kind is None:
-        return None
-    return operator_kind(kind.get("group"), kind.get("version"), kind.get("kind"))
+    return kind_of(kind) is not None
 
 
 def pod_templates(
@@ -71,11 +58,7 @@ def pod_templates(
 ) -> list[tuple[TemplateLocation, tuple[str, ...], Mapping[str, Any]]]:
     """Every Pod template of `workload` (typed or plain data): its location in the table,
     its concrete path, and the template itself."""
-    return [
-        (location, path, template)
-        for location in kind.templates
-        for path, template in templates_at(workload, location)
-    ]
+    return [(site.location, site.path, site.node) for site in templates(kind, workload)]
 
 
 def templated_pod(template: Mapping[str, Any]) -> Pod:
@@ -92,23 +75,21 @@ def check_workload(
     """Warn about what stops the workload's Pods from being sliced as its annotations ask."""
     if request.get("operation") not in ("CREATE", "UPDATE") or request.get("subResource"):
         return WorkloadCheck([], "not a CREATE or UPDATE")
-    gvk = request.get("kind")
-    operator = operator_kind_of(gvk)
-    if operator is not None:
-        return _check_operator_resource(request, operator, review_pod, gpu_resource)
-    kind = kind_of(gvk)
+    kind = kind_of(request.get("kind"))
+    if kind is not None and kind.custom_resource:
+        return _check_operator_resource(request, kind, review_pod, gpu_resource)
     workload: Workload = request.get("object") or {}
-    templates = pod_templates(workload, kind) if kind else []
-    if kind is None or not templates:
+    found_templates = pod_templates(workload, kind) if kind else []
+    if kind is None or not found_templates:
         return WorkloadCheck([], "no Pod template")
 
     warnings: list[str] = []
     first: Outcome | None = None
-    for location, path, template in templates:
+    for location, path, template in found_templates:
         found, pods = _check_template(
             request, workload, kind.kind, location, path, template, review_pod, gpu_resource
         )
-        if len(templates) > 1:
+        if len(found_templates) > 1:
             found = [f"{'.'.join(path)}: {warning}" for warning in found]
         warnings += found
         first = first or pods
@@ -159,7 +140,7 @@ def _misplaced(
     # Annotations on the workload (or on a CronJob's jobTemplate) never reach its Pods.
     places: list[tuple[str, ObjectMeta | None]] = [(f"the {kind}", workload.get("metadata"))]
     for name, between in location.between:
-        found = next((value for _, value in templates_at(workload, TemplateLocation(between))), {})
+        found = next((site.node for site in sites_at(workload, TemplateLocation(between))), {})
         places.append((name, found.get("metadata")))
     destination = ".".join((*path, "metadata", "annotations"))
     return [
@@ -236,7 +217,7 @@ class OperatorTemplate(NamedTuple):
 
 
 def operator_templates(
-    operator: OperatorKind, resource: Mapping[str, Any]
+    operator: WorkloadKind, resource: Mapping[str, Any]
 ) -> list[OperatorTemplate]:
     """Each Pod template of `resource`, read as the Pod decision reads a Pod."""
     own = (
@@ -260,7 +241,7 @@ def operator_templates(
 
 def _check_operator_resource(
     request: AdmissionRequest[OperatorResource],
-    operator: OperatorKind,
+    operator: WorkloadKind,
     review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
     gpu_resource: str,
 ) -> WorkloadCheck:
@@ -304,7 +285,7 @@ def _check_operator_resource(
 
 
 def _ignored_on_resource(
-    resource: OperatorResource, operator: OperatorKind, template_keys: set[str]
+    resource: OperatorResource, operator: WorkloadKind, template_keys: set[str]
 ) -> list[str]:
     annotations = (resource.get("metadata") or {}).get("annotations") or {}
     ours = [
@@ -340,3 +321,63 @@ def _asks_outside_templates(
         elif isinstance(value, list):
             pending += value
     return False
+
+
+def template_of(site: TemplateSite, own_annotations: Mapping[str, str] | None) -> dict[str, Any]:
+    """The PodTemplateSpec (metadata, spec) the operator creates the site's Pods from."""
+    node = site.node
+    shape = site.location.shape
+    if shape == "template":
+        return {"metadata": node.get("metadata"), "spec": node.get("spec")}
+    if shape == "pod-spec":
+        annotations = node.get("annotations")
+        if own_annotations and (annotations is None or isinstance(annotations, Mapping)):
+            annotations = {**own_annotations, **(annotations or {})}
+        metadata = {"annotations": annotations, "labels": node.get("labels")}
+        spec = {key: value for key, value in node.items() if key not in ("annotations", "labels")}
+        return {"metadata": _without_none(metadata), "spec": spec}
+    container = node.get("container") if "container" in node else node.get("script")
+    spec = {"containers": [container], **_picked(node, ("nodeSelector", "affinity"))}
+    return {"metadata": node.get("metadata"), "spec": spec}
+
+
+def write_back(node: dict[str, Any], site: TemplateSite, pod: Mapping[str, Any]) -> None:
+    """Put `pod` (a Pod as CastSlice leaves one made from `site`) back into the template."""
+    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    shape = site.location.shape
+    if shape == "template":
+        if "metadata" not in node:
+            items = list(node.items())
+            node.clear()
+            node.update({"metadata": None, **dict(items)})
+        node["metadata"], node["spec"] = metadata, spec
+        return
+    if shape == "pod-spec":
+        added = {
+            key: value
+            for key, value in (metadata.get("annotations") or {}).items()
+            if (node.get("annotations") or {}).get(key) != value
+        }
+        node.update(spec)
+        if added:
+            node["annotations"] = {**(node.get("annotations") or {}), **added}
+        return
+    node["metadata"] = metadata
+    node["container" if "container" in node else "script"] = spec["containers"][0]
+    node.update(_picked(spec, ("nodeSelector", "affinity")))
+
+
+def node_at(resource: dict[str, Any], site: TemplateSite) -> dict[str, Any]:
+    """The template at `site` of `resource` (a copy being changed)."""
+    found: Any = resource
+    for step in site.steps:
+        found = found[step]
+    return found
+
+
+def _picked(mapping: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: mapping[key] for key in keys if key in mapping}
+
+
+def _without_none(mapping: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if value is not None}

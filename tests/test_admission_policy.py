@@ -18,7 +18,7 @@ import yaml
 from castslice import cel
 from castslice.backends import Placement
 from castslice.cli import main
-from castslice.contract import EACH_VALUE, WORKLOAD_KINDS, TemplateLocation, WorkloadKind
+from castslice.contract import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 from castslice.environment import load_config
 from castslice.names import parse_bounded_int
 from castslice.policymode import (
@@ -312,10 +312,10 @@ def test_kinds_with_templates_in_maps_or_lists_are_left_to_the_webhook(
     before = render(load_config({}))
     trainer = WorkloadKind(
         "example.com",
-        "v1",
+        ("v1",),
         "Trainer",
         "trainers",
-        (TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),),
+        (TemplateLocation("spec.replicaSpecs.*.template"),),
     )
     monkeypatch.setattr(workload_warnings, "WORKLOAD_KINDS", (*WORKLOAD_KINDS, trainer))
     after = render(load_config({}))

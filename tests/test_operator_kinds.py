@@ -26,8 +26,8 @@ from starlette.testclient import TestClient
 
 from castslice import cli, workloads
 from castslice.admission import Admission
+from castslice.contract import WORKLOAD_KINDS, templates, workload_kind
 from castslice.environment import load_config
-from castslice.operator_kinds import OPERATOR_KINDS, operator_kind, templates
 from castslice.registration import WORKLOAD_WEBHOOK, webhook_configuration
 from tests.conftest import ROOT
 from tests.test_cli_preview import Ran
@@ -35,6 +35,7 @@ from tests.test_http import review_response
 from tests.test_registration import URL, Sender, webhook
 from tests.test_workloads import assert_warned_only, workload_review
 
+OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
 OPTIMIZE = "castops.io/optimize"
 TYPE = "castops.io/workload-type"
 RATIO = "castops.io/slice-ratio"
@@ -154,14 +155,14 @@ def loaded(text: str) -> dict[str, Any]:
 
 
 def test_the_walker_finds_each_replica_type_and_group_by_its_name() -> None:
-    entry = operator_kind("kubeflow.org", "v1", "PyTorchJob")
+    entry = workload_kind("kubeflow.org", "v1", "PyTorchJob")
     assert entry is not None
     found = templates(entry, loaded(PYTORCHJOB))
     assert [(site.label, site.where) for site in found] == [
         ("Master", "spec.pytorchReplicaSpecs.Master.template"),
         ("Worker", "spec.pytorchReplicaSpecs.Worker.template"),
     ]
-    ray = operator_kind("ray.io", "v1", "RayCluster")
+    ray = workload_kind("ray.io", "v1", "RayCluster")
     assert ray is not None
     assert [(site.label, site.where) for site in templates(ray, loaded(RAYCLUSTER))] == [
         ("headGroupSpec", "spec.headGroupSpec.template"),
@@ -171,12 +172,12 @@ def test_the_walker_finds_each_replica_type_and_group_by_its_name() -> None:
 
 
 def test_the_walker_reads_nested_lists_and_skips_argo_steps_without_a_container() -> None:
-    runtime = operator_kind("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime")
+    runtime = workload_kind("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime")
     assert runtime is not None
     job = {"template": {"spec": {"template": {"spec": {"containers": []}}}}}
     resource = {"spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", **job}, {}]}}}}
     assert [site.label for site in templates(runtime, resource)] == ["replicatedJobs[node]"]
-    argo = operator_kind("argoproj.io", "v1alpha1", "Workflow")
+    argo = workload_kind("argoproj.io", "v1alpha1", "Workflow")
     assert argo is not None
     workflow = {
         "spec": {
@@ -409,6 +410,41 @@ def test_a_worker_group_annotated_alone_is_sent() -> None:
     assert Sender(hook).sends(resource, "ml") is True
 
 
+def test_preview_says_which_operator_resources_the_registration_never_sends(
+    preview: Callable[..., Ran],
+) -> None:
+    # As for a Deployment: the workload webhook's namespaceSelector and matchCondition decide
+    # whether kubectl apply shows warnings, so preview shows none where it would not.
+    bad_ratio = {OPTIMIZE: "true", RATIO: "x"}
+    gpu = {"name": "c", "image": "i", "resources": {"limits": {GPU: "1"}}}
+    template = {"metadata": {"annotations": bad_ratio}, "spec": {"containers": [gpu]}}
+    in_kube_system = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "namespace": "kube-system"},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"template": template}}},
+    }
+    unannotated = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t", "namespace": "ml"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": [in_kube_system, unannotated]})
+
+    ran = preview("-f", "-", stdin=text.encode())
+
+    assert ran.code == 0, ran.err
+    assert ran.err.splitlines() == [
+        "Note: PyTorchJob kube-system/p: not sent to CastSlice: its Pods: kube-system is a "
+        "system namespace",
+        "Note: TrainJob ml/t: not sent to CastSlice: no castops.io/ annotation on it or its Pod "
+        "template",
+        "2 objects: 0 sliced, 2 left unchanged (2 not sent to CastSlice), 0 passed through "
+        "(no Pods); operator resources: 1 PyTorchJob, 1 TrainJob; 0 warnings; resource backend",
+    ]
+
+
 def test_the_patch_of_a_preview_applies_to_the_template(preview: Callable[..., Ran]) -> None:
     # The rewritten RayCluster is what jsonpatch makes of the function's own patch.
     ran = preview("-f", "-", "-o", "json", stdin=RAYCLUSTER.encode())
@@ -459,9 +495,9 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
     # No operator in the table drops its templates' annotations today; one that did would be
     # declared so, and its opted-in templates told that they cannot be sliced.
     entry = dataclasses.replace(
-        operator_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
+        workload_kind("kubeflow.org", "v1", "PyTorchJob"), copies_template_annotations=False
     )
-    monkeypatch.setattr(workloads, "operator_kind", lambda *kind: entry)
+    monkeypatch.setattr(workloads, "workload_kind", lambda *kind: entry)
     admission = Admission(load_config({}))
     request = workload_review(loaded(PYTORCHJOB))["request"]
 
@@ -480,7 +516,7 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
 def test_a_ray_jobs_and_services_cluster_templates_are_found_where_they_nest(
     kind: str, nested: str
 ) -> None:
-    entry = operator_kind("ray.io", "v1", kind)
+    entry = workload_kind("ray.io", "v1", kind)
     assert entry is not None
     cluster = loaded(RAYCLUSTER)["spec"]
     resource = {"spec": {nested: cluster, "submitterPodTemplate": {"spec": {"containers": []}}}}

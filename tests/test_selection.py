@@ -5,6 +5,7 @@ Pod, policy and namespace, and for every workload kind of the table."""
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import pytest
@@ -14,13 +15,11 @@ from hypothesis import strategies as st
 from castslice import contract, selection
 from castslice.config import Config
 from castslice.contract import (
-    EACH_ITEM,
-    EACH_VALUE,
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     TemplateLocation,
     WorkloadKind,
-    templates_at,
+    templates,
 )
 from castslice.environment import load_config
 from castslice.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
@@ -46,8 +45,10 @@ class Registration:
         )
         self.excluded = set(expression["values"])
 
-    def sends(self, obj: dict, namespace: str) -> bool:
-        return namespace not in self.excluded and self.sender.sends(obj, namespace)
+    def sends(self, obj: dict, namespace: str, *, cluster_scoped: bool = False) -> bool:
+        # The namespaceSelector never skips a cluster-scoped object.
+        in_scope = cluster_scoped or namespace not in self.excluded
+        return in_scope and self.sender.sends(obj, namespace)
 
 
 def registration(config: Config, name: str) -> Registration:
@@ -91,19 +92,109 @@ def _workload_cases() -> list[tuple[dict[str, Any], str]]:
     return [(workload, namespace) for workload, _ in WORKLOADS for namespace in NAMESPACES[:4]]
 
 
-@pytest.mark.parametrize("kind", WORKLOAD_KINDS, ids=lambda kind: kind.kind)
-def test_the_predicate_sends_exactly_the_workloads_the_registration_sends(kind: Any) -> None:
+@pytest.mark.parametrize(
+    ("kind", "version"),
+    [(kind, version) for kind in WORKLOAD_KINDS for version in kind.versions],
+    ids=lambda value: getattr(value, "kind", value),
+)
+def test_the_predicate_sends_exactly_the_workloads_the_registration_sends(
+    kind: Any, version: str
+) -> None:
     api_server = registration(load_config({}), WORKLOAD_WEBHOOK)
     rules = webhook(webhook_configuration(load_config({}), url=URL), WORKLOAD_WEBHOOK)["rules"]
     assert any(
         kind.group in rule["apiGroups"]
-        and kind.version in rule["apiVersions"]
+        and version in rule["apiVersions"]
         and kind.resource in rule["resources"]
         for rule in rules
     )
     for workload, namespace in [*_workload_cases(), *((w, "default") for w, _ in WORKLOADS)]:
-        selection = sends_workload(workload, kind.group, kind.version, kind.kind, namespace, OWN)
-        assert selection.sent is api_server.sends(workload, namespace), (workload, namespace)
+        selection = sends_workload(workload, kind.group, version, kind.kind, namespace, OWN)
+        sent = api_server.sends(workload, namespace, cluster_scoped=kind.scope == "Cluster")
+        assert selection.sent is sent, (workload, namespace)
+
+
+# Operators' resources: objects built along every template path of the table ----------------
+
+OPERATOR_KINDS = [kind for kind in WORKLOAD_KINDS if kind.custom_resource]
+EVERY_LOCATION = [location for kind in WORKLOAD_KINDS for location in kind.templates]
+TEMPLATE_ANNOTATIONS = st.sampled_from(
+    [None, {}, {"other.io/x": "1"}, {"castops.io/optimize": "true"}, {"castops.io/any": "x"}]
+)
+
+
+def _template(shape: str) -> st.SearchStrategy[dict]:
+    """A Pod template of `shape` with or without annotations, or with no metadata at all."""
+
+    def built(annotations: dict | None) -> dict:
+        if shape == "pod-spec":
+            return {"containers": []} if annotations is None else {"annotations": annotations}
+        if annotations is None:
+            return {"spec": {}}
+        return {"metadata": {"annotations": annotations}, "container": {"image": "x"}}
+
+    return TEMPLATE_ANNOTATIONS.map(built)
+
+
+def _along(segments: list[str], shape: str) -> st.SearchStrategy[dict]:
+    """An object with templates at the path `segments`: zero to two at each wildcard."""
+    if not segments:
+        return _template(shape)
+    segment, rest = segments[0], segments[1:]
+    if rest and rest[0] == "*":
+        values = st.dictionaries(st.sampled_from(["Master", "Worker"]), _along(rest[1:], shape))
+        return values.map(lambda children: {segment: children})
+    listed = contract.list_segment(segment)
+    if listed is None:
+        return _along(rest, shape).map(lambda child: {segment: child})
+    key = segment[len(listed) + 1 : -1]
+    items = st.lists(
+        st.tuples(st.sampled_from(["a", "gpu-group"]), _along(rest, shape)), max_size=2
+    )
+    return items.map(lambda found: {listed: [{key: name, **item} for name, item in found]})
+
+
+def _merged(base: Any, extra: Any) -> Any:
+    """`extra` laid over `base`; where the two disagree on a type or hold lists, `base` wins."""
+    if isinstance(base, dict) and isinstance(extra, dict):
+        return {**extra, **{k: _merged(v, extra[k]) if k in extra else v for k, v in base.items()}}
+    return base
+
+
+@st.composite
+def operator_resources(draw: st.DrawFn) -> dict:
+    """An object holding templates at a few of the table's paths (any kind's: the registration's
+    condition looks at every path whatever the kind), and maybe annotations of its own."""
+    locations = draw(st.lists(st.sampled_from(EVERY_LOCATION), min_size=1, max_size=3))
+    resource: dict = {"metadata": {}}
+    own = draw(TEMPLATE_ANNOTATIONS)
+    if own is not None:
+        resource["metadata"]["annotations"] = own
+    for location in locations:
+        resource = _merged(resource, draw(_along(location.path.split("."), location.shape)))
+    return resource
+
+
+@functools.cache
+def _default_registration() -> Registration:
+    return registration(load_config({}), WORKLOAD_WEBHOOK)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([(kind, version) for kind in OPERATOR_KINDS for version in kind.versions]),
+    operator_resources(),
+    st.sampled_from(NAMESPACES),
+)
+def test_the_predicate_sends_exactly_the_operator_resources_the_registration_sends(
+    kind_version: tuple[WorkloadKind, str], resource: dict, namespace: str
+) -> None:
+    kind, version = kind_version
+    selection = sends_workload(resource, kind.group, version, kind.kind, namespace, OWN)
+    cluster_scoped = kind.scope == "Cluster"
+    sent = _default_registration().sends(resource, namespace, cluster_scoped=cluster_scoped)
+    assert selection.sent is sent, (kind.kind, resource, namespace, selection)
+    assert (selection.why_not is None) is selection.sent
 
 
 def test_kinds_outside_the_table_are_never_sent() -> None:
@@ -116,12 +207,12 @@ def test_kinds_outside_the_table_are_never_sent() -> None:
 # A kind with templates in a map and in a list, as operators' kinds have them.
 TRAINER = WorkloadKind(
     "example.com",
-    "v1",
+    ("v1",),
     "Trainer",
     "trainers",
     (
-        TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),
-        TemplateLocation(("spec", "groups", EACH_ITEM, "template", "spec", "template")),
+        TemplateLocation("spec.replicaSpecs.*.template"),
+        TemplateLocation("spec.groups[name].template.spec.template"),
     ),
 )
 
@@ -152,13 +243,12 @@ def test_templates_in_maps_and_lists_are_selected_alike(
     trainer: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(selection, "WORKLOAD_KINDS", (*WORKLOAD_KINDS, TRAINER))
-    monkeypatch.setitem(contract.WORKLOADS, TRAINER.key, TRAINER)
+    monkeypatch.setitem(contract.WORKLOADS, ("example.com", "v1", "Trainer"), TRAINER)
     api_server = registration(load_config({}), WORKLOAD_WEBHOOK)
     chosen = sends_workload(trainer, "example.com", "v1", "Trainer", "default")
     annotated = any(
-        (template.get("metadata") or {}).get("annotations", {}).get("castops.io/optimize")
-        for location in TRAINER.templates
-        for _, template in templates_at(trainer, location)
+        (site.node.get("metadata") or {}).get("annotations", {}).get("castops.io/optimize")
+        for site in templates(TRAINER, trainer)
     )
     assert chosen.sent is annotated
     assert api_server.sends(trainer, "default") is annotated

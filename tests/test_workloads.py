@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from castslice import contract, review
 from castslice.admission import Admission
-from castslice.contract import EACH_ITEM, EACH_VALUE, TemplateLocation, WorkloadKind
+from castslice.contract import TemplateLocation, WorkloadKind
 from castslice.environment import load_config
 from castslice.review import UnreadableObject, decode_review
 from castslice.slices import MAX_WARNING_LENGTH, clip
@@ -413,12 +413,12 @@ def test_decoding_a_pod_review_ignores_template_fields() -> None:
 # to the workload table for these tests only.
 TRAINER = WorkloadKind(
     "example.com",
-    "v1",
+    ("v1",),
     "Trainer",
     "trainers",
     (
-        TemplateLocation(("spec", "replicaSpecs", EACH_VALUE, "template")),
-        TemplateLocation(("spec", "groups", EACH_ITEM, "template", "spec", "template")),
+        TemplateLocation("spec.replicaSpecs.*.template"),
+        TemplateLocation("spec.groups[name].template.spec.template"),
     ),
 )
 TRAINER_KIND = {"group": "example.com", "version": "v1", "kind": "Trainer"}
@@ -426,7 +426,7 @@ TRAINER_KIND = {"group": "example.com", "version": "v1", "kind": "Trainer"}
 
 @pytest.fixture
 def trainer_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(contract.WORKLOADS, TRAINER.key, TRAINER)
+    monkeypatch.setitem(contract.WORKLOADS, ("example.com", "v1", "Trainer"), TRAINER)
     monkeypatch.setattr(review, "WORKLOAD_KIND_NAMES", contract.WORKLOAD_KIND_NAMES | {"Trainer"})
 
 

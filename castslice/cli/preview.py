@@ -26,12 +26,12 @@ import jsonpatch
 import msgspec
 
 from ..admission import Admission
+from ..contract import WorkloadKind, templates
 from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
-from ..operator_kinds import OperatorKind, node_at, template_of, templates, write_back
 from ..outcome import Outcome
 from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
 from ..selection import sends_pod, sends_workload
-from ..workloads import kind_of, operator_kind_of, pod_templates, templated_pod
+from ..workloads import kind_of, node_at, pod_templates, template_of, templated_pod, write_back
 from . import EXIT_OK, EXIT_PROBLEM, CommandError
 from .settings import config_from
 
@@ -169,19 +169,18 @@ def preview(
             return Preview(reference, manifest, manifest, "unchanged", [], selection.why_not)
         return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
 
-    operator = operator_kind_of(kind)
-    if operator is not None:
-        return _preview_operator_resource(
-            admission, where, manifest, namespace, reference, operator
-        )
     workload = kind_of(kind)
     if workload is None:
         status: Status = "passed through" if kind["group"] in BUILT_IN_GROUPS else "not understood"
         return Preview(reference, manifest, manifest, status)
     checked = _review(admission, where, kind, manifest, namespace, "")
     # The workload and the Pods it creates are separate requests, each sent or not on its own.
-    sent = sends_workload(manifest, workload.group, workload.version, workload.kind, namespace)
+    sent = sends_workload(manifest, kind["group"], kind["version"], kind["kind"], namespace)
     warnings = _warnings(checked) if sent.sent else []
+    if workload.custom_resource:
+        return _preview_operator_resource(
+            admission, where, manifest, namespace, reference, workload, warnings, sent.why_not
+        )
     templates = pod_templates(manifest, workload)
     if not templates:
         return Preview(reference, manifest, manifest, "unchanged", warnings, sent.why_not)
@@ -209,14 +208,20 @@ def _preview_operator_resource(
     manifest: dict[str, Any],
     namespace: str,
     reference: str,
-    operator: OperatorKind,
+    operator: WorkloadKind,
+    warnings: list[str],
+    resource_not_sent: str | None,
 ) -> Preview:
     """Each Pod template rewritten as the Pods the operator creates from it will be."""
-    checked = _review(admission, where, _kind_of(manifest), manifest, namespace, "")
     own = _metadata(manifest).get("annotations") if operator.own_annotations_reach_pods else None
+    sites = templates(operator, manifest)
+    if not sites:
+        return Preview(
+            reference, manifest, manifest, "unchanged", warnings, resource_not_sent, operator.kind
+        )
     after, sliced = manifest, False
     not_sent: str | None = None
-    for site in templates(operator, manifest):
+    for site in sites:
         pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template_of(site, own))}
         pod["metadata"] = pod.get("metadata") or {}
         outcome, pod_after = _review_pod(admission, where, pod, namespace, site.where)
@@ -228,9 +233,9 @@ def _preview_operator_resource(
         if pod_after != pod:
             if after is manifest:
                 after = copy.deepcopy(manifest)
-            write_back(node_at(after, site.steps), site, pod_after)
+            write_back(node_at(after, site), site, pod_after)
     status: Status = "sliced" if sliced else "unchanged"
-    return Preview(reference, manifest, after, status, _warnings(checked), not_sent, operator.kind)
+    return Preview(reference, manifest, after, status, warnings, not_sent, operator.kind)
 
 
 def diff(previews: list[Preview], backend: str) -> str:

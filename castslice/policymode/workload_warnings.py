@@ -49,12 +49,15 @@ def our_keys(annotations: Expr) -> Expr:
 
 
 def rendered_kinds() -> tuple[WorkloadKind, ...]:
-    """The workload kinds policy mode warns about: those with one Pod template at a fixed
-    path. Kinds whose templates sit in maps or lists are left to the webhook."""
+    """The workload kinds policy mode warns about: Kubernetes' own with one Pod template at a
+    fixed path. Kinds whose templates sit in maps or lists, and operators' resources (whose
+    templates come in shapes of their own), are left to the webhook."""
     return tuple(
         kind
         for kind in WORKLOAD_KINDS
-        if len(kind.templates) == 1 and not kind.templates[0].has_wildcards
+        if not kind.custom_resource
+        and len(kind.templates) == 1
+        and not kind.templates[0].has_wildcards
     )
 
 
@@ -87,7 +90,7 @@ def _optional_path(dotted: str) -> Expr:
 
 def workload_variables(config: Config, placement: PlacementCel) -> Variables:
     groups = template_groups()
-    template = _by_kind([(kinds, _optional_path(location.dotted())) for location, kinds in groups])
+    template = _by_kind([(kinds, _optional_path(location.path)) for location, kinds in groups])
     annotations = variable("annotations")
     optimize = f"{annotations}[?{string(OPTIMIZE)}]"
     gpu = variable("gpuContainers")
@@ -174,10 +177,10 @@ def _misplaced(groups: list[tuple[TemplateLocation, list[str]]]) -> Expr:
     workload = f"{string('the ')} + request.kind.kind"
 
     def of_location(location: TemplateLocation) -> Expr:
-        destination = f"{location.dotted()}.metadata.annotations"
+        destination = location.annotations_path
         places = [ignored("object.?metadata", workload, destination)]
         places += [
-            ignored(_optional_path(".".join((*path, "metadata"))), string(name), destination)
+            ignored(_optional_path(f"{path}.metadata"), string(name), destination)
             for name, path in location.between
         ]
         return " + ".join(places)
@@ -225,4 +228,4 @@ def match_resources() -> dict:
 
 def conditions() -> list[tuple[str, Expr]]:
     """The workload webhook's own matchConditions: only annotated workloads are reviewed."""
-    return [(c["name"], c["expression"]) for c in workload_match_conditions()]
+    return [(c["name"], c["expression"]) for c in workload_match_conditions(rendered_kinds())]

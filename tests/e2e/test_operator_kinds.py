@@ -18,11 +18,13 @@ import kubernetes.client
 import pytest
 import yaml
 
-from castslice.operator_kinds import OPERATOR_KINDS, OperatorKind
+from castslice.contract import WORKLOAD_KINDS, WorkloadKind
 
 from .castslice_server import CastSliceServer
 from .kubectl import Kubectl
 from .pods import Manifest
+
+OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
 
 OPTIMIZE = "castops.io/optimize"
 TYPE = "castops.io/workload-type"
@@ -133,7 +135,7 @@ RESOURCES: list[tuple[str, str, Manifest, list[str]]] = [
 ]
 
 
-def minimal_crd(entry: OperatorKind) -> Manifest:
+def minimal_crd(entry: WorkloadKind) -> Manifest:
     """A CRD serving `entry`'s kind, its schema left open: only what the API server needs."""
     schema: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {
@@ -148,7 +150,7 @@ def minimal_crd(entry: OperatorKind) -> Manifest:
                 "plural": entry.resource,
                 "singular": entry.kind.lower(),
             },
-            "scope": "Cluster" if entry.cluster_scoped else "Namespaced",
+            "scope": entry.scope,
             "versions": [
                 {
                     "name": version,
@@ -162,7 +164,7 @@ def minimal_crd(entry: OperatorKind) -> Manifest:
     }
 
 
-def kind_of(api_version: str, kind: str) -> OperatorKind:
+def kind_of(api_version: str, kind: str) -> WorkloadKind:
     group, _, version = api_version.rpartition("/")
     [entry] = [
         e for e in OPERATOR_KINDS if (e.group, e.kind) == (group, kind) and version in e.versions
