@@ -545,16 +545,19 @@ def test_a_line_per_check_and_json_for_machines() -> None:
     assert text_line(ok) == "✓ nodes offer x"
     assert text_line(bad) == "✗ 2 Pods Pending - add nodes"
     assert text_line(bad, symbols_for("ascii")) == "x 2 Pods Pending - add nodes"
-    assert json.loads(to_json([ok, bad])) == [
-        {"check": "nodes", "ok": True, "status": "ok", "message": "nodes offer x", "fix": ""},
-        {
-            "check": "pending",
-            "ok": False,
-            "status": "failed",
-            "message": "2 Pods Pending",
-            "fix": "add nodes",
-        },
-    ]
+    assert json.loads(to_json([ok, bad], {"backend": "gke"})) == {
+        "backend": "gke",
+        "checks": [
+            {"check": "nodes", "ok": True, "status": "ok", "message": "nodes offer x", "fix": ""},
+            {
+                "check": "pending",
+                "ok": False,
+                "status": "failed",
+                "message": "2 Pods Pending",
+                "fix": "add nodes",
+            },
+        ],
+    }
 
 
 # --- the command without a usable cluster ------------------------------------------------

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         api.close()
     if args.output == "json":
-        print(to_json(results))
+        context = {"server": cluster.server, "kubernetes": version, "backend": config.backend}
+        print(to_json(results, context))
     else:
         _print_text(cluster.server, version, config, results)
     return EXIT_PROBLEM if any(not result.ok for result in results) else EXIT_OK

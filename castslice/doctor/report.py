@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -64,21 +64,20 @@ def summary(results: Sequence[Result]) -> str:
     return f"all {len(results)} checks passed"
 
 
-def to_json(results: Sequence[Result]) -> str:
-    return json.dumps(
-        [
-            {
-                "check": result.check,
-                "ok": result.ok,
-                "status": result.status.value,
-                "message": result.message,
-                "fix": result.fix,
-            }
-            for result in results
-        ],
-        indent=2,
-        ensure_ascii=False,
-    )
+def to_json(results: Sequence[Result], context: Mapping[str, str]) -> str:
+    """The report for machines: what was checked (`context`: server, version, backend) and
+    one entry per check."""
+    checks = [
+        {
+            "check": result.check,
+            "ok": result.ok,
+            "status": result.status.value,
+            "message": result.message,
+            "fix": result.fix,
+        }
+        for result in results
+    ]
+    return json.dumps({**context, "checks": checks}, indent=2, ensure_ascii=False)
 
 
 def symbols_for(encoding: str | None) -> dict[Status, str]:

@@ -329,7 +329,10 @@ def test_a_missing_registration_fails_and_pods_come_back_unchanged(
     failures = sum(1 for line in report.lines.values() if line.startswith("✗"))
     assert (report.code, report.summary) == (1, f"{failures} of 8 checks failed")
     assert as_json.returncode == 1
-    checks = yaml.safe_load(as_json.stdout)
+    report_json = yaml.safe_load(as_json.stdout)
+    assert report_json["backend"] == "resource"
+    assert report_json["server"] == control_plane.server_url
+    checks = report_json["checks"]
     assert [(c["check"], c["status"], c["ok"]) for c in checks][:3] == [
         ("registration", "failed", False),
         ("endpoint", "unknown", True),
