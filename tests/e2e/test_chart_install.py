@@ -21,7 +21,7 @@ import yaml
 
 from tests.helm import (
     CHART,
-    HelmUnavailable,
+    GoModuleUnavailable,
     castslice_output,
     cert_manager_crds,
     run_helm,
@@ -47,7 +47,7 @@ def cert_manager(kubectl_user: Kubectl) -> None:
     """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
     try:
         crds = cert_manager_crds()
-    except HelmUnavailable as error:
+    except GoModuleUnavailable as error:
         missing(MissingTool(str(error)))
     for crd in crds:
         kubectl_user.run("apply", "--server-side", "-f", str(crd))

@@ -1,10 +1,13 @@
 """Operators that cannot run here (JobSet, LeaderWorkerSet, KServe, Volcano, Argo, Knative).
 
-Their kinds are served by the API server from CRDs written here, schema-light
-(only what the API server needs to store the kind), so what is checked is the
-admission path and CastSlice's own answers: `kubectl apply` prints the same
-warnings as `castslice preview` of the same file, and the registration,
-which names these groups whether or not they are installed, is accepted.
+Their kinds are served by the API server from the CRDs of their releases, read from
+each project's Go module at the version in operators/crds, with their structural
+schemas, so the manifests here are objects those schemas accept as they are (kubectl's
+strict field validation refuses an unknown field, and nothing is pruned). Checked:
+`kubectl apply` prints the same warnings as `castslice preview` of the same file, and
+the registration, which names these groups whether or not they are installed, is
+accepted. Every kind tested here has a served module with a plain CRD document, so none
+is served from a CRD written here.
 """
 
 from __future__ import annotations
@@ -12,17 +15,20 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import kubernetes.client
 import pytest
 import yaml
 
 from castslice.contract import WORKLOAD_KINDS, WorkloadKind
+from tests.helm import GoModuleUnavailable
 
 from .castslice_server import CastSliceServer
+from .conftest import missing
 from .kubectl import Kubectl
+from .operators import upstream_crds
 from .pods import Manifest
+from .tools import MissingTool
 
 OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
 
@@ -106,25 +112,28 @@ RESOURCES: list[tuple[str, str, Manifest, list[str]]] = [
         },
         [],
     ),
-    (
-        "argoproj.io/v1alpha1",
-        "Workflow",
-        {
-            "entrypoint": "main",
-            "templates": [
-                {"name": "main", "steps": [[{"name": "train", "template": "train"}]]},
-                {
-                    "name": "train",
-                    "metadata": {"annotations": {OPTIMIZE: "true", TYPE: "Training"}},
-                    "container": gpu_pod_spec("main", 1)["containers"][0],
-                },
+    *(
+        (
+            "argoproj.io/v1alpha1",
+            kind,
+            {
+                "entrypoint": "main",
+                "templates": [
+                    {"name": "main", "steps": [[{"name": "train", "template": "train"}]]},
+                    {
+                        "name": "train",
+                        "metadata": {"annotations": {OPTIMIZE: "true", TYPE: "Training"}},
+                        "container": gpu_pod_spec("main", 1)["containers"][0],
+                    },
+                ],
+            },
+            # Clipped to 120 characters, as every warning is.
+            [
+                'templates[train]: castops.io/workload-type="Training" ignored '
+                "(want training|inference|batch|dev); using the default ..."
             ],
-        },
-        # Clipped to 120 characters, as every warning is.
-        [
-            'templates[train]: castops.io/workload-type="Training" ignored '
-            "(want training|inference|batch|dev); using the default ..."
-        ],
+        )
+        for kind in ("Workflow", "WorkflowTemplate")
     ),
     (
         "serving.knative.dev/v1",
@@ -133,35 +142,6 @@ RESOURCES: list[tuple[str, str, Manifest, list[str]]] = [
         [],
     ),
 ]
-
-
-def minimal_crd(entry: WorkloadKind) -> Manifest:
-    """A CRD serving `entry`'s kind, its schema left open: only what the API server needs."""
-    schema: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{entry.resource}.{entry.group}"},
-        "spec": {
-            "group": entry.group,
-            "names": {
-                "kind": entry.kind,
-                "listKind": f"{entry.kind}List",
-                "plural": entry.resource,
-                "singular": entry.kind.lower(),
-            },
-            "scope": entry.scope,
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": index == 0,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-                for index, version in enumerate(entry.versions)
-            ],
-        },
-    }
 
 
 def kind_of(api_version: str, kind: str) -> WorkloadKind:
@@ -173,12 +153,23 @@ def kind_of(api_version: str, kind: str) -> WorkloadKind:
 
 
 @pytest.fixture(scope="module")
-def crds(kubectl_user: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> None:
-    path = tmp_path_factory.mktemp("crds") / "crds.yaml"
-    entries = {kind_of(api_version, kind) for api_version, kind, _, _ in RESOURCES}
-    path.write_text(yaml.safe_dump_all([minimal_crd(entry) for entry in entries]))
-    kubectl_user.run("apply", "-f", str(path))
-    kubectl_user.run("wait", "--for=condition=Established", "--timeout=60s", "-f", str(path))
+def crds(kubectl_user: Kubectl) -> None:
+    """The upstream CRDs of the kinds in RESOURCES, served and established."""
+    try:
+        upstream = upstream_crds()
+    except GoModuleUnavailable as error:
+        missing(MissingTool(str(error)))
+    names = sorted({crd_name(kind_of(api_version, kind)) for api_version, kind, _, _ in RESOURCES})
+    paths = [str(upstream[name]) for name in names]
+    # Server-side: several exceed the annotation a client-side apply would write.
+    kubectl_user.run("apply", "--server-side", *(f"--filename={path}" for path in paths))
+    kubectl_user.run(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{name}" for name in names)
+    )
+
+
+def crd_name(entry: WorkloadKind) -> str:
+    return f"{entry.resource}.{entry.group}"
 
 
 def preview_warnings(path: Path, namespace: str) -> tuple[list[str], str]:
@@ -227,8 +218,7 @@ def test_kubectl_apply_warns_as_preview_does(
     # Reviewed by the function, never patched.
     [review] = castslice.reviews_of(namespace, name)
     assert review["message"] == f"{kind.lower()} {'warned' if expected else 'checked'}"
-    entry = kind_of(api_version, kind)
-    resource = f"{entry.resource}.{entry.group}"
+    resource = crd_name(kind_of(api_version, kind))
     stored = kubectl_user.run("get", "-n", namespace, resource, name, "-o", "yaml").stdout
     assert "castslice.castops.io" not in stored
 

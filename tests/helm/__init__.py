@@ -153,17 +153,20 @@ CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
 CERT_MANAGER_VERSION_FILE = Path(__file__).with_name("cert-manager.version")
 
 
-def cert_manager_crds() -> list[Path]:
-    """cert-manager's CRDs (deploy/crds) from its release module, as Go's module cache holds it.
+class GoModuleUnavailable(RuntimeError):
+    """A Go module could not be downloaded here; the message says which and why."""
 
-    `go mod download` fetches the module zip once (the version in cert-manager.version)
-    and prints where it unpacked it; nothing of it is kept in this repository.
+
+def go_module_dir(module: str, version: str) -> Path:
+    """Where Go's module cache holds `module@version`, unpacked from its release zip.
+
+    `go mod download` fetches the zip once and prints where it unpacked it; later calls
+    find it in the cache. Nothing of it is kept in this repository.
     """
-    version = CERT_MANAGER_VERSION_FILE.read_text().strip()
     if shutil.which("go") is None:
-        raise HelmUnavailable("go not found; cert-manager's CRDs come from its Go module")
+        raise GoModuleUnavailable(f"go not found; {module}@{version} comes from Go's module proxy")
     result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{CERT_MANAGER_MODULE}@{version}"],
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
         capture_output=True,
         text=True,
         check=False,
@@ -172,8 +175,14 @@ def cert_manager_crds() -> list[Path]:
         timeout=600,
     )
     if result.returncode != 0:
-        raise HelmUnavailable(f"go mod download {CERT_MANAGER_MODULE}@{version}:\n{result.stdout}")
-    crds = sorted((Path(json.loads(result.stdout)["Dir"]) / "deploy" / "crds").glob("*.yaml"))
+        raise GoModuleUnavailable(f"go mod download {module}@{version}:\n{result.stdout}")
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+def cert_manager_crds() -> list[Path]:
+    """cert-manager's CRDs (deploy/crds) from its release module (cert-manager.version)."""
+    version = CERT_MANAGER_VERSION_FILE.read_text().strip()
+    crds = sorted((go_module_dir(CERT_MANAGER_MODULE, version) / "deploy" / "crds").glob("*.yaml"))
     if not crds:
-        raise HelmUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
+        raise GoModuleUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
     return crds

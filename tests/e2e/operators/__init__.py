@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...helm import go_module_dir
 from ...procs import HarnessError, ManagedProcess, free_port
 from ..kubectl import Kubectl
 
 BUILD_SCRIPT = Path(__file__).parent / "build.sh"
+UPSTREAM_CRDS = Path(__file__).parent / "crds"
 _CRD_TIMEOUT = "60s"
 
 
@@ -56,6 +58,23 @@ def install_crds(kubectl: Kubectl, operator: OperatorBuild) -> None:
     kubectl.run(
         "wait", "--for=condition=Established", f"--timeout={_CRD_TIMEOUT}", "-f", str(operator.crds)
     )
+
+
+def upstream_crds() -> dict[str, Path]:
+    """The CRD files named in ./crds, by CRD name, from their modules in Go's module cache.
+
+    Raises tests.helm.GoModuleUnavailable when a module cannot be downloaded.
+    """
+    found: dict[str, Path] = {}
+    for line in UPSTREAM_CRDS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, module, version, file = line.split()
+        path = go_module_dir(module, version) / file
+        if not path.is_file():
+            raise HarnessError(f"{module}@{version} has no {file} (named in {UPSTREAM_CRDS})")
+        found[name] = path
+    return found
 
 
 def ray_operator_argv(operator: OperatorBuild, kubeconfig: Path) -> list[str]:
