@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes.client
 
-from ..procs import wait_until
+from ..procs import HarnessError, wait_until
 
 Manifest = dict[str, Any]
 
@@ -157,3 +157,59 @@ def create_namespace(api: kubernetes.client.ApiClient, name: str) -> str:
         what=f"the default ServiceAccount in {name}",
     )
     return name
+
+
+def running(pod: Manifest) -> bool:
+    return pod["status"].get("phase") == "Running"
+
+
+def unschedulable(pod: Manifest) -> str | None:
+    """The scheduler's message for a Pod it could not place, else None."""
+    for condition in (pod.get("status") or {}).get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return condition.get("message", "")
+    return None
+
+
+def settle(
+    api: kubernetes.client.ApiClient,
+    namespace: str,
+    *,
+    runs: int,
+    waits: int,
+    no_room: str = "Insufficient",
+    timeout: float = 30.0,
+) -> tuple[list[Manifest], list[Manifest]]:
+    """The Pods once each of `runs + waits` runs or was refused for lack of room (the
+    scheduler's message says `no_room`), split so; fails, naming where each Pod went,
+    unless there are `runs` and `waits`."""
+
+    def refused(pod: Manifest) -> bool:
+        # Only for lack of room: a node the scheduler has not seen Ready yet is retried.
+        return no_room in (unschedulable(pod) or "")
+
+    def decided() -> list[Manifest] | None:
+        pods = list_pods(api, namespace, "")
+        if len(pods) == runs + waits and all(running(pod) or refused(pod) for pod in pods):
+            return pods
+        return None
+
+    def where(pods: list[Manifest]) -> dict[str, str]:
+        return {
+            pod["metadata"]["name"]: pod["spec"].get("nodeName") or str(unschedulable(pod))
+            for pod in pods
+        }
+
+    try:
+        pods = wait_until(
+            decided,
+            timeout=timeout,
+            what=f"{runs + waits} Pods in {namespace} to run or be refused for lack of room",
+            interval=0.2,
+        )
+    except HarnessError as error:
+        raise AssertionError(f"{error}: {where(list_pods(api, namespace, ''))}") from None
+    up = [pod for pod in pods if running(pod)]
+    left = [pod for pod in pods if not running(pod)]
+    assert (len(up), len(left)) == (runs, waits), where(pods)
+    return up, left

@@ -21,11 +21,11 @@ import kubernetes.client
 import pytest
 import yaml
 
-from ..procs import HarnessError, wait_until
+from ..procs import wait_until
 from .castslice_server import StartServer
 from .dra import DRIVER, dra_nodes
 from .kubectl import Kubectl
-from .pods import GPU, IMAGE, create_namespace, list_pods
+from .pods import GPU, IMAGE, create_namespace, list_pods, settle, unschedulable
 from .registration import APPLIED, register_and_wait
 from .tools import REPO_ROOT
 
@@ -92,43 +92,6 @@ def apply(kubectl: Kubectl, namespace: str, manifests: list[Manifest]) -> str:
     return kubectl.apply(namespace, yaml.safe_dump_all(manifests))
 
 
-def unschedulable(pod: Manifest) -> str | None:
-    for condition in (pod.get("status") or {}).get("conditions", []):
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return condition.get("message", "")
-    return None
-
-
-def settle(
-    api: kubernetes.client.ApiClient, namespace: str, *, runs: int, waits: int
-) -> tuple[list[Manifest], list[Manifest]]:
-    """The Pods once `runs` run and `waits` were refused for lack of devices."""
-
-    def decided() -> list[Manifest] | None:
-        pods = list_pods(api, namespace, "")
-        up = [p for p in pods if p["status"].get("phase") == "Running"]
-        refused = [p for p in pods if _NO_DEVICES in (unschedulable(p) or "")]
-        return (
-            pods if (len(up), len(refused)) == (runs, waits) and len(pods) == runs + waits else None
-        )
-
-    try:
-        pods = wait_until(
-            decided,
-            timeout=_SETTLE_TIMEOUT,
-            what=f"{runs} Pods to run and {waits} to wait",
-            interval=0.2,
-        )
-    except HarnessError as error:
-        seen = {
-            p["metadata"]["name"]: p["status"].get("phase") + " " + str(unschedulable(p))
-            for p in list_pods(api, namespace, "")
-        }
-        raise AssertionError(f"{error}: {seen}") from None
-    up = [p for p in pods if p["status"].get("phase") == "Running"]
-    return up, [p for p in pods if p not in up]
-
-
 def allocation(api: kubernetes.client.ApiClient, namespace: str, pod: Manifest) -> list[Manifest]:
     """The allocation results of the Pod's one claim: device, shareID, consumedCapacity."""
     [status] = pod["status"]["resourceClaimStatuses"]
@@ -183,7 +146,9 @@ def test_four_dev_pods_are_allocated_one_device_and_a_fifth_waits(
     namespace = templated
     warnings = apply(kubectl_user, namespace, [gpu_pod(f"dev-{i}", opted("dev")) for i in range(5)])
 
-    up, [waiting] = settle(api, namespace, runs=4, waits=1)
+    up, [waiting] = settle(
+        api, namespace, runs=4, waits=1, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT
+    )
 
     assert "the 1/4 GPU share is scheduler bookkeeping" in warnings
     for pod in [*up, waiting]:
@@ -212,7 +177,7 @@ def test_shares_whole_devices_and_two_devices_fill_a_node_of_four(
     ]
     apply(kubectl_user, namespace, pods)
 
-    up, _ = settle(api, namespace, runs=4, waits=0)
+    up, _ = settle(api, namespace, runs=4, waits=0, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT)
 
     by_name = {pod["metadata"]["name"]: pod for pod in up}
     held = {name: allocation(api, namespace, pod) for name, pod in by_name.items()}

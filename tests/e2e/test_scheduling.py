@@ -16,7 +16,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from ..procs import HarnessError, wait_until
+from ..procs import wait_until
 from .castslice_server import StartServer
 from .kubectl import Kubectl
 from .nodes import (
@@ -33,7 +33,7 @@ from .nodes import (
     gpu_nodes,
     standard_pools,
 )
-from .pods import Manifest, list_pods
+from .pods import Manifest, list_pods, running, settle, unschedulable
 from .registration import APPLIED, register_and_wait
 
 SLICES_PER_GPU = 4
@@ -115,55 +115,6 @@ def gpu_pod(
 
 def apply_pods(kubectl: Kubectl, namespace: str, manifests: list[str]) -> str:
     return kubectl.apply(namespace, "---\n".join(manifests))
-
-
-def running(pod: Manifest) -> bool:
-    return pod["status"].get("phase") == "Running"
-
-
-def unschedulable(pod: Manifest) -> str | None:
-    """The scheduler's message for a Pod it could not place, else None."""
-    for condition in pod["status"].get("conditions", []):
-        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
-            return condition.get("message", "")
-    return None
-
-
-def settle(
-    api: kubernetes.client.ApiClient, namespace: str, *, runs: int, waits: int
-) -> tuple[list[Manifest], list[Manifest]]:
-    """The Pods once each of `runs + waits` runs or was refused for lack of room, split so;
-    fails, naming where each Pod went, unless there are `runs` and `waits`."""
-
-    def refused(pod: Manifest) -> bool:
-        # Only for lack of room: a node the scheduler has not seen Ready yet is retried.
-        return "Insufficient" in (unschedulable(pod) or "")
-
-    def decided() -> list[Manifest] | None:
-        pods = list_pods(api, namespace, "")
-        if len(pods) == runs + waits and all(running(pod) or refused(pod) for pod in pods):
-            return pods
-        return None
-
-    def where(pods: list[Manifest]) -> dict[str, str]:
-        return {
-            pod["metadata"]["name"]: pod["spec"].get("nodeName") or str(unschedulable(pod))
-            for pod in pods
-        }
-
-    try:
-        pods = wait_until(
-            decided,
-            timeout=_SETTLE_TIMEOUT,
-            what=f"{runs + waits} Pods in {namespace} to run or be refused for lack of room",
-            interval=0.2,
-        )
-    except HarnessError as error:
-        raise AssertionError(f"{error}: {where(list_pods(api, namespace, ''))}") from None
-    up = [pod for pod in pods if running(pod)]
-    left = [pod for pod in pods if not running(pod)]
-    assert (len(up), len(left)) == (runs, waits), where(pods)
-    return up, left
 
 
 def assert_rewritten(
