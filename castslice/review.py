@@ -26,7 +26,7 @@ class GroupVersionKind(TypedDict, total=False):
 POD_KIND: GroupVersionKind = {"group": "", "version": "v1", "kind": "Pod"}
 
 # The object's shape: a Pod, or a workload whose Pod template is read.
-ObjectT = TypeVar("ObjectT", Pod, Workload, OperatorResource)
+ObjectT = TypeVar("ObjectT", Pod, Workload, OperatorResource, dict[str, Any])
 
 
 class AdmissionRequest(TypedDict, Generic[ObjectT], total=False):
@@ -143,22 +143,8 @@ def _workload_request(body: bytes, uid: str, workload: WorkloadKind) -> Admissio
     return review["request"]
 
 
-class _AnyObjectRequest(TypedDict, total=False):
-    uid: str
-    kind: GroupVersionKind | None
-    subResource: str | None
-    operation: str | None
-    namespace: str | None
-    name: str | None
-    dryRun: bool | None
-    object: dict[str, Any] | None
-
-
-class _AnyObjectReview(TypedDict, total=False):
-    request: _AnyObjectRequest | None
-
-
-_any_object_decoder = msgspec.json.Decoder(_AnyObjectReview)
+# Any object, as it came: the templates in it are typed in place afterwards.
+_any_object_decoder = msgspec.json.Decoder(_IncomingReview[dict[str, Any]])
 
 
 def _templated_request(body: bytes, uid: str, workload: WorkloadKind) -> AdmissionRequest:
