@@ -9,6 +9,8 @@ from typing import Any
 
 import jsonpatch
 
+from castslice.contract import TemplateLocation, WorkloadKind
+
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu-shared"
 POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
@@ -129,3 +131,17 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 def media_type(answer) -> str:
     """An HTTP answer's Content-Type without its parameters."""
     return answer.headers.get("content-type", "").partition(";")[0]
+
+
+# A kind with Pod templates in a map and in a list, as operators' kinds have them; tests add
+# it to the workload table themselves.
+TRAINER = WorkloadKind(
+    "example.com",
+    ("v1",),
+    "Trainer",
+    "trainers",
+    (
+        TemplateLocation("spec.replicaSpecs.*.template"),
+        TemplateLocation("spec.groups[name].template.spec.template"),
+    ),
+)

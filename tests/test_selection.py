@@ -17,7 +17,6 @@ from castslice.config import Config
 from castslice.contract import (
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
-    TemplateLocation,
     WorkloadKind,
     templates,
 )
@@ -25,6 +24,7 @@ from castslice.environment import load_config
 from castslice.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
 from castslice.rules import Policy
 from castslice.selection import sends_pod, sends_workload
+from tests.factories import TRAINER
 from tests.test_registration import URL, WORKLOADS, Sender, pods, policies, webhook
 
 OWN = "gpu-tools"
@@ -202,19 +202,6 @@ def test_kinds_outside_the_table_are_never_sent() -> None:
     selection = sends_workload(annotated, "", "v1", "ConfigMap", "default")
     assert not selection.sent
     assert selection.why_not == "ConfigMap is not a workload CastSlice reviews"
-
-
-# A kind with templates in a map and in a list, as operators' kinds have them.
-TRAINER = WorkloadKind(
-    "example.com",
-    ("v1",),
-    "Trainer",
-    "trainers",
-    (
-        TemplateLocation("spec.replicaSpecs.*.template"),
-        TemplateLocation("spec.groups[name].template.spec.template"),
-    ),
-)
 
 
 def _trainer(replicas: dict | None, groups: list | None) -> dict:

@@ -16,11 +16,10 @@ from starlette.testclient import TestClient
 
 from castslice import contract, review
 from castslice.admission import Admission
-from castslice.contract import TemplateLocation, WorkloadKind
 from castslice.environment import load_config
 from castslice.review import UnreadableObject, decode_review
 from castslice.slices import MAX_WARNING_LENGTH, clip
-from tests.factories import GPU, container, gpu_container, make_review, opted_in
+from tests.factories import GPU, TRAINER, container, gpu_container, make_review, opted_in
 from tests.test_http import log_lines, review_response
 
 OPTIMIZE = "castops.io/optimize"
@@ -409,18 +408,6 @@ def test_decoding_a_pod_review_ignores_template_fields() -> None:
     assert request["object"] == {"metadata": {"name": "p"}, "spec": {"containers": []}}
 
 
-# A kind with Pod templates in a map and in a list, as training operators have them; added
-# to the workload table for these tests only.
-TRAINER = WorkloadKind(
-    "example.com",
-    ("v1",),
-    "Trainer",
-    "trainers",
-    (
-        TemplateLocation("spec.replicaSpecs.*.template"),
-        TemplateLocation("spec.groups[name].template.spec.template"),
-    ),
-)
 TRAINER_KIND = {"group": "example.com", "version": "v1", "kind": "Trainer"}
 
 
