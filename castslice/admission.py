@@ -11,21 +11,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from .backends import Backend, Placement, backend_for
-from .config import Config
-from .contract import APPLIED, DecisionRecord
-from .enrolment import by_annotation, decide, rule_decision
-from .kube import Pod
-from .outcome import Outcome
-from .patch import (
+from castslice.backends import Backend, Placement, backend_for
+from castslice.config import Config
+from castslice.contract import APPLIED, DecisionRecord
+from castslice.enrolment import by_annotation, decide, rule_decision
+from castslice.kube import Pod
+from castslice.outcome import Outcome
+from castslice.patch import (
     GpuContainer,
     annotation_operations,
     asked_quantity,
     gpu_containers,
 )
-from .review import POD_KIND, AdmissionRequest, allowed, patched
-from .slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
-from .workloads import check_workload, is_workload
+from castslice.review import POD_KIND, AdmissionRequest, allowed, patched
+from castslice.slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
+from castslice.workloads import check_workload, is_workload
 
 
 class Admission:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .backends.dra import (
+from castslice.backends.dra import (
     API_VERSION,
     TEMPLATE_PREFIX,
     claim_template_spec,
     template_name,
     template_slices,
 )
-from .config import Config
+from castslice.config import Config
 
 Manifest = dict[str, Any]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .rules import Policy
+from castslice.rules import Policy
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
 SHARING_STRATEGIES = ("time-slicing", "mps")

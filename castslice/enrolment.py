@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .contract import OPTIMIZE
-from .rules import Policy, Rule
-from .slices import SliceDecision
+from castslice.contract import OPTIMIZE
+from castslice.rules import Policy, Rule
+from castslice.slices import SliceDecision
 
 
 class Enrolment(NamedTuple):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .backends import BACKENDS, backend_class
-from .config import (
+from castslice.backends import BACKENDS, backend_class
+from castslice.config import (
     DEFAULT_PRESETS,
     MAX_GPU_MEMORY,
     MAX_SHARING_DEGREE,
@@ -15,7 +15,7 @@ from .config import (
     Config,
     ConfigError,
 )
-from .names import (
+from castslice.names import (
     MIN_PATH_TOKEN_LENGTH,
     extended_resource_problem,
     is_capacity_name,
@@ -23,8 +23,8 @@ from .names import (
     is_path_token,
     parse_bounded_int,
 )
-from .policy_file import PolicyError, load_policy, read_policy_file
-from .rules import Policy
+from castslice.policy_file import PolicyError, load_policy, read_policy_file
+from castslice.rules import Policy
 
 # Set by Cloud Run (services, functions, jobs) and Knative Serving, whose URLs are public.
 _SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RUN_JOB")

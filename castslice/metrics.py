@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 from gunicorn.arbiter import Arbiter
 from prometheus_client import Counter, Histogram, start_http_server
 
-from .log import write_log, write_record
+from castslice.log import write_log, write_record
 
 if TYPE_CHECKING:
-    from .serving.core import ReviewRecord
+    from castslice.serving.core import ReviewRecord
 
 # Every address of the Pod, as the webhook's own port (castslice/tls.py).
 ADDRESS = "0.0.0.0"

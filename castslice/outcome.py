@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .review import AdmissionResponse
+from castslice.review import AdmissionResponse
 
 
 class Outcome(msgspec.Struct, frozen=True):

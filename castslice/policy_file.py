@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .names import DNS_LABEL, MAX_LABEL_LENGTH, is_label_value, label_key_problem
-from .rules import OPERATORS, NamespacePattern, Policy, Requirement, Rule
+from castslice.names import DNS_LABEL, MAX_LABEL_LENGTH, is_label_value, label_key_problem
+from castslice.rules import OPERATORS, NamespacePattern, Policy, Requirement, Rule
 
 _RULE_FIELDS = ("name", "namespaces", "podSelector", "optimize", "workloadType", "slices")
 _SELECTOR_FIELDS = ("matchLabels", "matchExpressions")

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import Config
-from .contract import DEFAULT_NAMESPACE, POLICY_ANNOTATION
-from .manifest_files import dump_yaml
-from .names import MIN_PATH_TOKEN_LENGTH, is_dns_label, is_dns_subdomain, is_path_token
-from .selection import (
+from castslice.config import Config
+from castslice.contract import DEFAULT_NAMESPACE, POLICY_ANNOTATION
+from castslice.manifest_files import dump_yaml
+from castslice.names import MIN_PATH_TOKEN_LENGTH, is_dns_label, is_dns_subdomain, is_path_token
+from castslice.selection import (
     RegistrationError,
     namespace_selector,
     pod_match_conditions,

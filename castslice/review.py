@@ -9,9 +9,9 @@ from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from .contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates
-from .kube import OperatorResource, Pod, PodTemplateSpec, Workload
-from .patch import PatchOperation
+from castslice.contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates
+from castslice.kube import OperatorResource, Pod, PodTemplateSpec, Workload
+from castslice.patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

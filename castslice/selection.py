@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from . import cel
-from .config import Config
-from .contract import (
+from castslice import cel
+from castslice.config import Config
+from castslice.contract import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
     DEFAULT_NAMESPACE,
@@ -29,9 +29,9 @@ from .contract import (
     sites_at,
     workload_kind,
 )
-from .patch import gpu_containers
-from .policy_file import glob_regex
-from .rules import NamespacePattern, Policy, Requirement, Rule
+from castslice.patch import gpu_containers
+from castslice.policy_file import glob_regex
+from castslice.rules import NamespacePattern, Policy, Requirement, Rule
 
 Manifest = dict[str, Any]
 

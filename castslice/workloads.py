@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .contract import (
+from castslice.contract import (
     ANNOTATION_PREFIX,
     OPTIMIZE,
     USER_ANNOTATIONS,
@@ -25,11 +25,11 @@ from .contract import (
     templates,
     workload_kind,
 )
-from .kube import ObjectMeta, OperatorResource, Pod, PodTemplateSpec, Workload
-from .outcome import Outcome
-from .patch import gpu_containers
-from .review import POD_KIND, AdmissionRequest, GroupVersionKind
-from .slices import clip, is_opted_in, shorten
+from castslice.kube import ObjectMeta, OperatorResource, Pod, PodTemplateSpec, Workload
+from castslice.outcome import Outcome
+from castslice.patch import gpu_containers
+from castslice.review import POD_KIND, AdmissionRequest, GroupVersionKind
+from castslice.slices import clip, is_opted_in, shorten
 
 
 class WorkloadCheck(NamedTuple):

@@ -8,12 +8,12 @@ backend is one module here and one row in BACKENDS.
 
 from __future__ import annotations
 
-from ..config import Config
-from .base import Backend, LeftAlone, Placement, sharing_degree, whole_gpus
-from .dra import DraBackend
-from .gke import GkeBackend
-from .nvidia import NvidiaBackend
-from .resource import ResourceBackend
+from castslice.backends.base import Backend, LeftAlone, Placement, sharing_degree, whole_gpus
+from castslice.backends.dra import DraBackend
+from castslice.backends.gke import GkeBackend
+from castslice.backends.nvidia import NvidiaBackend
+from castslice.backends.resource import ResourceBackend
+from castslice.config import Config
 
 BACKENDS: dict[str, type[Backend]] = {
     "resource": ResourceBackend,

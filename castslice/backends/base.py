@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
 
-from ..config import Config
-from ..kube import PodSpec
-from ..patch import (
+from castslice.config import Config
+from castslice.kube import PodSpec
+from castslice.patch import (
     GpuContainer,
     PatchOperation,
     absent_labels_operations,

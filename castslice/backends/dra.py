@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from ..config import MEBIBYTE, Config
-from ..contract import CONTAINER_LISTS
-from ..kube import PodSpec
-from ..patch import GpuContainer, PatchOperation, escape_pointer_token
-from .base import Backend, LeftAlone, Placement, whole_gpus
+from castslice.backends.base import Backend, LeftAlone, Placement, whole_gpus
+from castslice.config import MEBIBYTE, Config
+from castslice.contract import CONTAINER_LISTS
+from castslice.kube import PodSpec
+from castslice.patch import GpuContainer, PatchOperation, escape_pointer_token
 
 API_VERSION = "resource.k8s.io/v1"
 # The one request in every template; a container's claim names no request, so it gets all.

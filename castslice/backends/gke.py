@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from .base import Placement, SharingPoolBackend
+from castslice.backends.base import Placement, SharingPoolBackend
 
 STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"

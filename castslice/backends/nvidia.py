@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from .base import Placement, SharingPoolBackend
+from castslice.backends.base import Placement, SharingPoolBackend
 
 REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"

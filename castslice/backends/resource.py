@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .base import Backend, Placement
+from castslice.backends.base import Backend, Placement
 
 
 class ResourceBackend(Backend):

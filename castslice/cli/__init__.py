@@ -13,9 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
-from ..config import ConfigError
-from .settings import add_settings
+from castslice import __version__
+from castslice.cli.settings import add_settings
+from castslice.config import ConfigError
 
 # Command (and module in this package) -> its help. Only the module of the command
 # being run is imported, so `castslice preview` never loads the Kubernetes client.

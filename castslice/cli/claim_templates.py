@@ -12,11 +12,11 @@ import sys
 
 import yaml
 
-from ..backends import backend_for
-from ..claimtemplates import chosen_counts, claim_templates, default_counts
-from ..names import is_dns_label, parse_bounded_int
-from . import EXIT_OK, CommandError
-from .settings import config_from
+from castslice.backends import backend_for
+from castslice.claimtemplates import chosen_counts, claim_templates, default_counts
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.settings import config_from
+from castslice.names import is_dns_label, parse_bounded_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

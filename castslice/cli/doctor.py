@@ -14,15 +14,15 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
-from .. import __version__
-from ..backends import backend_for
-from ..config import Config
-from ..doctor import run_checks
-from ..doctor.cluster import ApiError, Cluster, Unreachable
-from ..doctor.report import Result, summary, symbols_for, text_line, to_json
-from ..registration import RegistrationError
-from . import EXIT_OK, EXIT_PROBLEM, CommandError
-from .settings import config_from
+from castslice import __version__
+from castslice.backends import backend_for
+from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.cli.settings import config_from
+from castslice.config import Config
+from castslice.doctor import run_checks
+from castslice.doctor.cluster import ApiError, Cluster, Unreachable
+from castslice.doctor.report import Result, summary, symbols_for, text_line, to_json
+from castslice.registration import RegistrationError
 
 _DEFAULT_TIMEOUT = 10.0
 

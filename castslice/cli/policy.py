@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..backends import backend_for
-from ..policymode import render_json, render_yaml
-from . import CommandError
-from .settings import config_from
+from castslice.backends import backend_for
+from castslice.cli import CommandError
+from castslice.cli.settings import config_from
+from castslice.policymode import render_json, render_yaml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,15 +25,35 @@ from typing import Any, Literal
 import jsonpatch
 import msgspec
 
-from ..admission import Admission
-from ..contract import WorkloadKind, templates
-from ..manifest_files import Document, ManifestError, dump_yaml, is_list, objects, read_documents
-from ..outcome import Outcome
-from ..review import POD_KIND, GroupVersionKind, UnreadableObject, decode_review, encode_json
-from ..selection import sends_pod, sends_workload
-from ..workloads import kind_of, node_at, pod_templates, template_of, templated_pod, write_back
-from . import EXIT_OK, EXIT_PROBLEM, CommandError
-from .settings import config_from
+from castslice.admission import Admission
+from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.cli.settings import config_from
+from castslice.contract import WorkloadKind, templates
+from castslice.manifest_files import (
+    Document,
+    ManifestError,
+    dump_yaml,
+    is_list,
+    objects,
+    read_documents,
+)
+from castslice.outcome import Outcome
+from castslice.review import (
+    POD_KIND,
+    GroupVersionKind,
+    UnreadableObject,
+    decode_review,
+    encode_json,
+)
+from castslice.selection import sends_pod, sends_workload
+from castslice.workloads import (
+    kind_of,
+    node_at,
+    pod_templates,
+    template_of,
+    templated_pod,
+    write_back,
+)
 
 DEFAULT_NAMESPACE = "default"
 _UID = "castslice-preview"

@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ..backends import BACKENDS
-from ..config import SHARING_STRATEGIES, Config, ConfigError
-from ..environment import load_config
+from castslice.backends import BACKENDS
+from castslice.config import SHARING_STRATEGIES, Config, ConfigError
+from castslice.environment import load_config
 
 
 class Setting(NamedTuple):

@@ -14,13 +14,13 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from ..config import Config
-from ..contract import DEFAULT_NAMESPACE
-from ..policy_file import PolicyError, load_policy, read_policy_file
-from ..registration import DEFAULT_NAME, RegistrationError, to_yaml, webhook_configuration
-from ..selection import pod_match_conditions
-from . import EXIT_OK, CommandError
-from .settings import SETTINGS, config_from, effective_environment
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.settings import SETTINGS, config_from, effective_environment
+from castslice.config import Config
+from castslice.contract import DEFAULT_NAMESPACE
+from castslice.policy_file import PolicyError, load_policy, read_policy_file
+from castslice.registration import DEFAULT_NAME, RegistrationError, to_yaml, webhook_configuration
+from castslice.selection import pod_match_conditions
 
 # The variables that change what this command prints (the policy, and the GPU resource its
 # matchConditions test for).

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backends import backend_for
-from ..config import Config
-from . import (
+from castslice.backends import backend_for
+from castslice.config import Config
+from castslice.doctor import (
     capacity,
     claim_templates,
     devices,
@@ -25,8 +25,8 @@ from . import (
     quotas,
     registration,
 )
-from .cluster import ApiError, Cluster
-from .report import Result, failed
+from castslice.doctor.cluster import ApiError, Cluster
+from castslice.doctor.report import Result, failed
 
 Manifest = dict[str, Any]
 

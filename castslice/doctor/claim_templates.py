@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..backends import backend_for
-from ..claimtemplates import API_VERSION, TEMPLATE_PREFIX, default_counts
-from ..config import Config
-from ..contract import APPLIED, DecisionRecord
-from .cluster import Cluster
-from .report import Result, failed, passed, warning
+from castslice.backends import backend_for
+from castslice.claimtemplates import API_VERSION, TEMPLATE_PREFIX, default_counts
+from castslice.config import Config
+from castslice.contract import APPLIED, DecisionRecord
+from castslice.doctor.cluster import Cluster
+from castslice.doctor.report import Result, failed, passed, warning
 
 Manifest = dict[str, Any]
 

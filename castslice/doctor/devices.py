@@ -12,11 +12,11 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from ..backends import backend_for
-from ..claimtemplates import API_VERSION
-from ..config import Config
-from .cluster import ApiError, Cluster
-from .report import Result, failed, passed, warning
+from castslice.backends import backend_for
+from castslice.claimtemplates import API_VERSION
+from castslice.config import Config
+from castslice.doctor.cluster import ApiError, Cluster
+from castslice.doctor.report import Result, failed, passed, warning
 
 Manifest = dict[str, Any]
 

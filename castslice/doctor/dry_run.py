@@ -14,11 +14,11 @@ from typing import Any
 
 import jsonpatch
 
-from ..admission import Admission
-from ..config import Config
-from ..contract import APPLIED, OPTIMIZE, DecisionRecord
-from .cluster import ApiError, Cluster
-from .report import Result, failed, passed
+from castslice.admission import Admission
+from castslice.config import Config
+from castslice.contract import APPLIED, OPTIMIZE, DecisionRecord
+from castslice.doctor.cluster import ApiError, Cluster
+from castslice.doctor.report import Result, failed, passed
 
 Manifest = dict[str, Any]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..backends import Backend, Placement, backend_for, sharing_degree
-from ..config import Config
-from .capacity import is_usable, serves
-from .cluster import Cluster
-from .report import Result, failed, passed
+from castslice.backends import Backend, Placement, backend_for, sharing_degree
+from castslice.config import Config
+from castslice.doctor.capacity import is_usable, serves
+from castslice.doctor.cluster import Cluster
+from castslice.doctor.report import Result, failed, passed
 
 Manifest = dict[str, Any]
 

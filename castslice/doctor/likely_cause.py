@@ -10,12 +10,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backends import backend_for
-from ..config import Config
-from .dry_run import CHECK as CHECK_DRY_RUN
-from .dry_run import NOT_CALLED
-from .endpoint import castslice_client_configs
-from .report import Result
+from castslice.backends import backend_for
+from castslice.config import Config
+from castslice.doctor.dry_run import CHECK as CHECK_DRY_RUN
+from castslice.doctor.dry_run import NOT_CALLED
+from castslice.doctor.endpoint import castslice_client_configs
+from castslice.doctor.report import Result
 
 Manifest = dict[str, Any]
 

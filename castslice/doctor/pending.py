@@ -11,12 +11,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..backends import backend_for
-from ..config import Config
-from ..contract import APPLIED
-from .capacity import needed_placements
-from .cluster import Cluster
-from .report import Result, failed, passed
+from castslice.backends import backend_for
+from castslice.config import Config
+from castslice.contract import APPLIED
+from castslice.doctor.capacity import needed_placements
+from castslice.doctor.cluster import Cluster
+from castslice.doctor.report import Result, failed, passed
 
 Manifest = dict[str, Any]
 

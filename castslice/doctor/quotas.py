@@ -13,10 +13,10 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from ..backends import backend_for
-from ..config import Config
-from .cluster import Cluster
-from .report import Result, failed, passed
+from castslice.backends import backend_for
+from castslice.config import Config
+from castslice.doctor.cluster import Cluster
+from castslice.doctor.report import Result, failed, passed
 
 Manifest = dict[str, Any]
 

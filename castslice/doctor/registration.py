@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..config import Config
-from ..registration import RegistrationError, webhook_configuration
-from .report import Result, failed, passed
+from castslice.config import Config
+from castslice.doctor.report import Result, failed, passed
+from castslice.registration import RegistrationError, webhook_configuration
 
 Manifest = dict[str, Any]
 

@@ -10,9 +10,9 @@ import json
 
 import yaml
 
-from ..backends import backend_for
-from ..config import Config
-from .policies import (
+from castslice.backends import backend_for
+from castslice.config import Config
+from castslice.policymode.policies import (
     MINIMUM_KUBERNETES,
     NAME,
     WARNING_PREFIX,

@@ -7,12 +7,12 @@ read the same answer.
 
 from __future__ import annotations
 
-from .. import cel
-from ..cel import Expr, literal, string, variable
-from ..config import Config
-from ..contract import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
-from ..rules import Policy, Requirement, Rule
-from ..selection import namespace_matches
+from castslice import cel
+from castslice.cel import Expr, literal, string, variable
+from castslice.config import Config
+from castslice.contract import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from castslice.rules import Policy, Requirement, Rule
+from castslice.selection import namespace_matches
 
 # The Kubernetes field of a required node affinity.
 REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -6,14 +6,14 @@ and castslice.admission (placed by hand, less than asked).
 
 from __future__ import annotations
 
-from .. import cel
-from ..cel import Expr, literal, string, variable
-from ..config import Config
-from ..contract import SLICE_RATIO, WORKLOAD_TYPE
-from ..rules import POLICY_SOURCE_PREFIX
-from ..slices import MAX_WARNING_LENGTH, known_types
-from ..slices import shorten as shorten_text
-from .placement import PlacementCel
+from castslice import cel
+from castslice.cel import Expr, literal, string, variable
+from castslice.config import Config
+from castslice.contract import SLICE_RATIO, WORKLOAD_TYPE
+from castslice.policymode.placement import PlacementCel
+from castslice.rules import POLICY_SOURCE_PREFIX
+from castslice.slices import MAX_WARNING_LENGTH, known_types
+from castslice.slices import shorten as shorten_text
 
 # slices.shorten keeps at most this many characters of a rendered value.
 _SHORT = 20

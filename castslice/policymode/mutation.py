@@ -6,18 +6,18 @@ so the API server stores the same Pod whichever engine ran.
 
 from __future__ import annotations
 
-from .. import cel
-from ..cel import Expr, jsonpatch, string, variable
-from ..config import Config
-from ..contract import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
-from ..patch import escape_pointer_token
-from .decision import (
+from castslice import cel
+from castslice.cel import Expr, jsonpatch, string, variable
+from castslice.config import Config
+from castslice.contract import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
+from castslice.patch import escape_pointer_token
+from castslice.policymode.decision import (
     REQUIRED_AFFINITY,
     containers_of,
     gpu_requested,
     required_node_terms,
 )
-from .placement import PlacementCel
+from castslice.policymode.placement import PlacementCel
 
 _BACKSLASH, _QUOTE = "\\", '"'
 

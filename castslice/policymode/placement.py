@@ -7,11 +7,11 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
-from .. import cel
-from ..backends import Placement, backend_for, sharing_degree
-from ..cel import Expr, literal, string, variable
-from ..config import Config
-from ..slices import share_text
+from castslice import cel
+from castslice.backends import Placement, backend_for, sharing_degree
+from castslice.cel import Expr, literal, string, variable
+from castslice.config import Config
+from castslice.slices import share_text
 
 Variables = list[tuple[str, Expr]]
 

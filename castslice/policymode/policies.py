@@ -19,17 +19,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import cel, selection
-from ..cel import Expr, string, variable
-from ..config import Config
-from ..contract import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
-from ..registration import POD_WEBHOOK
-from ..selection import namespace_selector, pod_match_conditions, pod_rules
-from . import messages
-from . import workload_warnings as workloads
-from .decision import Variables, any_gpu_container, placed_by_hand, slice_variables
-from .mutation import gpu_containers, original_entries, patch, record
-from .placement import PlacementCel
+from castslice import cel, selection
+from castslice.cel import Expr, string, variable
+from castslice.config import Config
+from castslice.contract import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from castslice.policymode import messages
+from castslice.policymode import workload_warnings as workloads
+from castslice.policymode.decision import (
+    Variables,
+    any_gpu_container,
+    placed_by_hand,
+    slice_variables,
+)
+from castslice.policymode.mutation import gpu_containers, original_entries, patch, record
+from castslice.policymode.placement import PlacementCel
+from castslice.registration import POD_WEBHOOK
+from castslice.selection import namespace_selector, pod_match_conditions, pod_rules
 
 Manifest = dict[str, Any]
 

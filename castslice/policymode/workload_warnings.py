@@ -9,10 +9,10 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from .. import cel
-from ..cel import Expr, literal, string, variable
-from ..config import Config
-from ..contract import (
+from castslice import cel
+from castslice.cel import Expr, literal, string, variable
+from castslice.config import Config
+from castslice.contract import (
     ANNOTATION_PREFIX,
     APPLIED,
     MIRROR,
@@ -22,14 +22,14 @@ from ..contract import (
     TemplateLocation,
     WorkloadKind,
 )
-from ..registration import WORKLOAD_WEBHOOK
-from ..selection import namespace_selector, workload_match_conditions, workload_rules
-from ..slices import MAX_WARNING_LENGTH
-from ..slices import clip as clip_text
-from . import messages
-from .decision import Variables, placed_by_hand, slice_variables
-from .mutation import asked_quantity, gpu_containers
-from .placement import PlacementCel
+from castslice.policymode import messages
+from castslice.policymode.decision import Variables, placed_by_hand, slice_variables
+from castslice.policymode.mutation import asked_quantity, gpu_containers
+from castslice.policymode.placement import PlacementCel
+from castslice.registration import WORKLOAD_WEBHOOK
+from castslice.selection import namespace_selector, workload_match_conditions, workload_rules
+from castslice.slices import MAX_WARNING_LENGTH
+from castslice.slices import clip as clip_text
 
 NAME = WORKLOAD_WEBHOOK
 POD = "variables.pod"

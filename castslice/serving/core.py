@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import msgspec
 
-from .. import __version__
-from ..admission import Admission
-from ..config import Config
-from ..log import write_log, write_record
-from ..outcome import Outcome
-from ..review import (
+from castslice import __version__
+from castslice.admission import Admission
+from castslice.config import Config
+from castslice.log import write_log, write_record
+from castslice.outcome import Outcome
+from castslice.review import (
     AdmissionRequest,
     InvalidReview,
     UnreadableObject,

@@ -7,8 +7,8 @@ from typing import IO
 import flask
 from werkzeug.exceptions import ClientDisconnected
 
-from ..review import encode_json
-from .core import JSON, MAX_BODY_BYTES, Webhook
+from castslice.review import encode_json
+from castslice.serving.core import JSON, MAX_BODY_BYTES, Webhook
 
 _CHUNK = 64 * 1024
 
