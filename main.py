@@ -4,7 +4,7 @@
     functions-framework --target=mutate_asgi   # its ASGI server: Starlette on uvicorn
 
 functions-framework serves an `aio` target with its ASGI server by itself, so neither
-needs another flag. Both answer through the same core (castslice/serving/core.py).
+needs another flag. Both answer through the same core (castslice/faces/serving/core.py).
 """
 
 import os
@@ -15,17 +15,17 @@ import functions_framework.aio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from castslice.config import ConfigError
-from castslice.environment import load_config
-from castslice.serving.asgi_face import serve_asgi
-from castslice.serving.core import Webhook
-from castslice.serving.flask_face import not_found_page, serve_flask
+from castslice.faces.environment import load_config
+from castslice.faces.serving.asgi_face import serve_asgi
+from castslice.faces.serving.core import Webhook
+from castslice.faces.serving.flask_face import not_found_page, serve_flask
+from castslice.settings.config import ConfigError
 
 try:
     _config = load_config(os.environ)
     if _config.metrics:
         # Imported only when asked for: with metrics off, prometheus_client is never loaded.
-        from castslice.metrics import serve_metrics
+        from castslice.faces.metrics import serve_metrics
 
         _webhook = Webhook(_config, log_review=serve_metrics(_config.metrics_port))
     else:

@@ -2,6 +2,6 @@
 
 import sys
 
-from castslice.cli import main
+from castslice.faces.cli import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonpatch
 
-from castslice.contract import TemplateLocation, WorkloadKind
+from castslice.contract.definitions import TemplateLocation, WorkloadKind
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu-shared"

@@ -15,13 +15,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice import cel
 from castslice.backends import Placement
-from castslice.cli import main
-from castslice.contract import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
-from castslice.environment import load_config
-from castslice.names import parse_bounded_int
-from castslice.policymode import (
+from castslice.contract import cel
+from castslice.contract.definitions import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
+from castslice.decision.selection import workload_match_conditions, workload_rules
+from castslice.decision.slices import share_text
+from castslice.faces.cli import main
+from castslice.faces.environment import load_config
+from castslice.faces.policymode import (
     NAME,
     WARNING_PREFIX,
     render,
@@ -29,12 +30,11 @@ from castslice.policymode import (
     render_yaml,
     workload_warnings,
 )
-from castslice.policymode.decision import ratio_pattern
-from castslice.policymode.placement import PlacementCel
-from castslice.policymode.policies import WARNING_SLOTS, WARNINGS_NAME
-from castslice.registration import webhook_configuration
-from castslice.selection import workload_match_conditions, workload_rules
-from castslice.slices import share_text
+from castslice.faces.policymode.decision import ratio_pattern
+from castslice.faces.policymode.placement import PlacementCel
+from castslice.faces.policymode.policies import WARNING_SLOTS, WARNINGS_NAME
+from castslice.faces.registration import webhook_configuration
+from castslice.settings.names import parse_bounded_int
 
 EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").read_text()
 

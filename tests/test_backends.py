@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from castslice.backends import sharing_degree, whole_gpus
-from castslice.config import Config
+from castslice.settings.config import Config
 from tests.factories import (
     APPLIED,
     GPU,

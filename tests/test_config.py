@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from castslice.config import Config, ConfigError
-from castslice.environment import load_config
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from castslice.config import Config
-from castslice.doctor import capacity, dry_run, endpoint, fail_open, pending, quotas
-from castslice.doctor import registration as reg
-from castslice.doctor.cluster import connection_problem
-from castslice.doctor.report import Result, Status, symbols_for, text_line, to_json
-from castslice.environment import load_config
+from castslice.contract.cluster import connection_problem
+from castslice.contract.findings import Result, Status, symbols_for, text_line, to_json
+from castslice.faces.doctor import capacity, dry_run, endpoint, fail_open, pending, quotas
+from castslice.faces.doctor import registration as reg
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from castslice.doctor import gpu_nodes, likely_cause
-from castslice.doctor.report import Status, failed, passed
-from castslice.environment import load_config
+from castslice.contract.findings import Status, failed, passed
+from castslice.faces.doctor import gpu_nodes, likely_cause
+from castslice.faces.environment import load_config
 
 Manifest = dict[str, Any]
 

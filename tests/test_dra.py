@@ -19,17 +19,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from castslice.backends.dra import claim_shape, memory_quantity, template_name
-from castslice.claimtemplates import (
+from castslice.backends.dra.claim_templates import (
     MAX_TEMPLATES,
+    claim_shape,
     claim_template,
     claim_templates,
     default_counts,
+    memory_quantity,
     reachable_counts,
+    template_name,
 )
-from castslice.config import Config
-from castslice.environment import load_config
-from castslice.policy_file import load_policy
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config
+from castslice.settings.policy_file import load_policy
 from tests.factories import (
     APPLIED,
     GPU,
@@ -399,8 +401,8 @@ SHARES_4 = {"shares": {"value": "4"}, "memory": {"value": "15Gi"}}
 
 
 def test_doctor_finds_shareable_devices_or_says_what_to_install() -> None:
-    from castslice.doctor.devices import assess_devices
-    from castslice.doctor.report import Status
+    from castslice.backends.dra.devices_check import assess_devices
+    from castslice.contract.findings import Status
 
     config = load_config(DRA)
     device_class = {"metadata": {"name": "gpu.nvidia.com"}}
@@ -431,8 +433,8 @@ def _rewritten_pod(namespace: str, name: str, template: str) -> dict:
 
 
 def test_doctor_names_the_missing_template_and_the_namespace() -> None:
-    from castslice.doctor.claim_templates import assess_templates
-    from castslice.doctor.report import Status
+    from castslice.backends.dra.templates_check import assess_templates
+    from castslice.contract.findings import Status
 
     config = load_config(DRA)
     templates = [
@@ -451,7 +453,7 @@ def test_doctor_names_the_missing_template_and_the_namespace() -> None:
 
 
 def test_doctor_dry_run_summary_names_the_claim() -> None:
-    from castslice.doctor.dry_run import _summary
+    from castslice.faces.doctor.dry_run import _summary
 
     assert _summary(load_config(DRA), "default") == "a claim from castslice-1-of-4"
 

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from castslice.config import Config, ConfigError
-from castslice.enrolment import decide
-from castslice.environment import load_config
-from castslice.policy_file import PolicyError, glob_regex, load_policy, namespace_pattern
-from castslice.rules import OPERATORS, Policy, Requirement
+from castslice.decision.enrolment import decide
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config, ConfigError
+from castslice.settings.policy_file import PolicyError, glob_regex, load_policy, namespace_pattern
+from castslice.settings.rules import OPERATORS, Policy, Requirement
 from tests.factories import (
     GPU,
     SHARED,
@@ -679,7 +679,7 @@ def test_labels_select_pods_through_the_entry_point(
 
 
 def test_rule_names_of_every_printable_length_keep_warnings_short() -> None:
-    from castslice.slices import MAX_WARNING_LENGTH, SliceDecision, resolve_slices
+    from castslice.decision.slices import MAX_WARNING_LENGTH, SliceDecision, resolve_slices
 
     config = Config(max_slice_ratio=1_000_000)
     for name in ("r", "n" * 63, "é" * 63, string.punctuation):

@@ -7,7 +7,7 @@ import copy
 import jsonpatch
 import pytest
 
-from castslice.patch import (
+from castslice.contract.patch import (
     PatchOperation,
     escape_pointer_token,
     gpu_containers,

@@ -23,23 +23,23 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from castslice import cel
-from castslice.cli import main
-from castslice.config import Config
-from castslice.contract import POLICY_ANNOTATION
-from castslice.enrolment import decide
-from castslice.environment import load_config
-from castslice.patch import gpu_containers
-from castslice.policy_file import load_policy
-from castslice.registration import (
+from castslice.contract import cel
+from castslice.contract.definitions import POLICY_ANNOTATION
+from castslice.contract.patch import gpu_containers
+from castslice.decision.enrolment import decide
+from castslice.decision.selection import glob_matches
+from castslice.faces.cli import main
+from castslice.faces.environment import load_config
+from castslice.faces.registration import (
     POD_WEBHOOK,
     WORKLOAD_WEBHOOK,
     RegistrationError,
     to_yaml,
     webhook_configuration,
 )
-from castslice.rules import Policy
-from castslice.selection import glob_matches
+from castslice.settings.config import Config
+from castslice.settings.policy_file import load_policy
+from castslice.settings.rules import Policy
 from tests.conftest import ROOT
 from tests.test_enrolment import SELECTOR_CASES
 

@@ -12,18 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from castslice import contract, selection
-from castslice.config import Config
-from castslice.contract import (
+from castslice.contract import definitions as contract
+from castslice.contract.definitions import (
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     WorkloadKind,
     templates,
 )
-from castslice.environment import load_config
-from castslice.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
-from castslice.rules import Policy
-from castslice.selection import sends_pod, sends_workload
+from castslice.decision import selection
+from castslice.decision.selection import sends_pod, sends_workload
+from castslice.faces.environment import load_config
+from castslice.faces.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
+from castslice.settings.config import Config
+from castslice.settings.rules import Policy
 from tests.factories import TRAINER
 from tests.test_registration import URL, WORKLOADS, Sender, pods, policies, webhook
 

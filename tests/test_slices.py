@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from castslice.config import Config
-from castslice.slices import (
+from castslice.decision.slices import (
     MAX_WARNING_LENGTH,
     SliceDecision,
     is_mirror_pod,
@@ -13,6 +12,7 @@ from castslice.slices import (
     resolve_slices,
     shorten,
 )
+from castslice.settings.config import Config
 from tests.factories import opted_in
 
 CONFIG = Config()

@@ -3,17 +3,26 @@
 The slice resolution decides `s`; a backend turns `s` into what each GPU
 container asks for and which nodes the Pod must land on, and answers every other
 question that depends on the kind of GPU sharing (see base.Backend). A new
-backend is one module here and one row in BACKENDS.
+backend is one package here, owning all of itself, and one row in BACKENDS.
 """
 
 from __future__ import annotations
 
-from castslice.backends.base import Backend, LeftAlone, Placement, sharing_degree, whole_gpus
+from castslice.backends.base import (
+    Backend,
+    ClaimTemplates,
+    LeftAlone,
+    NodeCheck,
+    Placement,
+    TemplateCounts,
+    sharing_degree,
+    whole_gpus,
+)
 from castslice.backends.dra import DraBackend
 from castslice.backends.gke import GkeBackend
 from castslice.backends.nvidia import NvidiaBackend
 from castslice.backends.resource import ResourceBackend
-from castslice.config import Config
+from castslice.settings.config import Config
 
 BACKENDS: dict[str, type[Backend]] = {
     "resource": ResourceBackend,
@@ -25,8 +34,11 @@ BACKENDS: dict[str, type[Backend]] = {
 __all__ = [
     "BACKENDS",
     "Backend",
+    "ClaimTemplates",
     "LeftAlone",
+    "NodeCheck",
     "Placement",
+    "TemplateCounts",
     "backend_class",
     "backend_for",
     "sharing_degree",

@@ -8,13 +8,14 @@ by its name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
-from castslice.config import Config
-from castslice.kube import PodSpec
-from castslice.patch import (
+from castslice.contract.cluster import Cluster
+from castslice.contract.findings import Result
+from castslice.contract.kube import PodSpec
+from castslice.contract.patch import (
     GpuContainer,
     PatchOperation,
     absent_labels_operations,
@@ -22,6 +23,7 @@ from castslice.patch import (
     required_node_terms,
     resource_operations,
 )
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 
@@ -45,6 +47,34 @@ class LeftAlone(NamedTuple):
 
     reason: str
     detail: str
+
+
+class TemplateCounts(NamedTuple):
+    """The slice counts to render, and what a user must do when some reachable ones are not."""
+
+    counts: tuple[int, ...]
+    note: str | None = None
+
+
+class ClaimTemplates(Protocol):
+    """The ResourceClaimTemplates a backend's Pods claim from (`castslice claim-templates`)."""
+
+    def default_counts(self) -> TemplateCounts: ...
+
+    def chosen_counts(self, asked: Iterable[int]) -> tuple[int, ...]: ...
+
+    def manifests(
+        self, namespaces: Sequence[str | None], counts: Sequence[int]
+    ) -> list[Manifest]: ...
+
+
+class NodeCheck(NamedTuple):
+    """One of `castslice doctor`'s checks of what the nodes offer, as a backend defines it."""
+
+    name: str
+    # The RBAC rights it reads with, named in the fix when the API server refuses them.
+    rights: str
+    run: Callable[[Cluster, Config], Result]
 
 
 def sharing_degree(config: Config, slices: int) -> int | None:
@@ -71,9 +101,6 @@ class Backend:
     name: ClassVar[str]
     # nodeSelector keys that mean the Pod was placed by hand and must be left alone.
     placement_keys: ClassVar[tuple[str, ...]] = ()
-    # Whether Pods get their GPUs through ResourceClaims: the doctor then checks devices and
-    # claim templates instead of node capacity, Pending Pods and quotas.
-    claims_devices: ClassVar[bool] = False
     # Why `castslice policy` cannot render this backend, or None when it can.
     policy_mode_refusal: ClassVar[str | None] = None
     # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
@@ -149,6 +176,15 @@ class Backend:
     def describe(self) -> str:
         """The backend and what it makes Pods ask for, for a report's first line."""
         return f"backend {self.name}, shared resource {self.shared_resource}"
+
+    def claim_templates(self) -> ClaimTemplates | None:
+        """The templates this backend's Pods claim from, or None when they claim none."""
+        return None
+
+    def node_checks(self) -> Sequence[NodeCheck] | None:
+        """The doctor's checks of the nodes for this backend, or None for the checks that fit
+        every device-plugin backend (node capacity and labels, Pending Pods, quotas)."""
+        return None
 
     def quota_resource(self) -> str | None:
         """What opted-in Pods ask for instead of the GPU (quotas must name it), or None."""

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-from castslice.contract import CONTAINER_LISTS
-from castslice.kube import ObjectMeta, PodSpec, ResourceRequirements
+from castslice.contract.definitions import CONTAINER_LISTS
+from castslice.contract.kube import ObjectMeta, PodSpec, ResourceRequirements
 
 # A Kubernetes quantity whose digits are all 0, with any suffix: "0", "0.0", "0Ki", "0e3".
 _ZERO_QUANTITY = re.compile(r"[+-]?(?:0+(?:\.0*)?|\.0+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")

@@ -9,9 +9,9 @@ from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
-from castslice.contract import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates
-from castslice.kube import OperatorResource, Pod, PodTemplateSpec, Workload
-from castslice.patch import PatchOperation
+from castslice.contract.definitions import WORKLOAD_KIND_NAMES, WORKLOADS, WorkloadKind, templates
+from castslice.contract.kube import OperatorResource, Pod, PodTemplateSpec, Workload
+from castslice.contract.patch import PatchOperation
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

@@ -1,7 +1,7 @@
 """Enrolment: whether a Pod is opted in, by its own annotation or by the policy's rules.
 
-Pure and cheap: the rules (castslice.rules) were compiled once at start. The same
-rules also become the registration's CEL (castslice.selection), so the function
+Pure and cheap: the rules (castslice.settings.rules) were compiled once at start. The same
+rules also become the registration's CEL (castslice.decision.selection), so the function
 and the API server decide alike.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from castslice.contract import OPTIMIZE
-from castslice.rules import Policy, Rule
-from castslice.slices import SliceDecision
+from castslice.contract.definitions import OPTIMIZE
+from castslice.decision.slices import SliceDecision
+from castslice.settings.rules import Policy, Rule
 
 
 class Enrolment(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from castslice.review import AdmissionResponse
+from castslice.contract.review import AdmissionResponse
 
 
 class Outcome(msgspec.Struct, frozen=True):

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from castslice import cel
-from castslice.config import Config
-from castslice.contract import (
+from castslice.contract import cel
+from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
     DEFAULT_NAMESPACE,
@@ -29,9 +28,10 @@ from castslice.contract import (
     sites_at,
     workload_kind,
 )
-from castslice.patch import gpu_containers
-from castslice.policy_file import glob_regex
-from castslice.rules import NamespacePattern, Policy, Requirement, Rule
+from castslice.contract.patch import gpu_containers
+from castslice.settings.config import Config
+from castslice.settings.policy_file import glob_regex
+from castslice.settings.rules import NamespacePattern, Policy, Requirement, Rule
 
 Manifest = dict[str, Any]
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import NamedTuple
 
-from castslice.config import Config
-from castslice.contract import MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
-from castslice.names import parse_bounded_int
-from castslice.rules import POLICY_SOURCE_PREFIX
+from castslice.contract.definitions import MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
+from castslice.settings.config import Config
+from castslice.settings.names import parse_bounded_int
+from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
 # The API server shows warnings to users as they are; kubectl prints one a line.
 MAX_WARNING_LENGTH = 120

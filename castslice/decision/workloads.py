@@ -9,12 +9,12 @@ and a few about the workload itself are added.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgspec
 
-from castslice.contract import (
+from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     OPTIMIZE,
     USER_ANNOTATIONS,
@@ -25,11 +25,12 @@ from castslice.contract import (
     templates,
     workload_kind,
 )
-from castslice.kube import ObjectMeta, OperatorResource, Pod, PodTemplateSpec, Workload
-from castslice.outcome import Outcome
-from castslice.patch import gpu_containers
-from castslice.review import POD_KIND, AdmissionRequest, GroupVersionKind
-from castslice.slices import clip, is_opted_in, shorten
+from castslice.contract.kube import ObjectMeta, OperatorResource, Pod, PodTemplateSpec, Workload
+from castslice.contract.patch import gpu_containers
+from castslice.contract.review import POD_KIND, AdmissionRequest, GroupVersionKind
+from castslice.decision.outcome import Outcome
+from castslice.decision.pods import PodDecision
+from castslice.decision.slices import clip, is_opted_in, shorten
 
 
 class WorkloadCheck(NamedTuple):
@@ -69,7 +70,7 @@ def templated_pod(template: Mapping[str, Any]) -> Pod:
 
 def check_workload(
     request: AdmissionRequest[Workload],
-    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    pod_decision: PodDecision,
     gpu_resource: str,
 ) -> WorkloadCheck:
     """Warn about what stops the workload's Pods from being sliced as its annotations ask."""
@@ -77,7 +78,7 @@ def check_workload(
         return WorkloadCheck([], "not a CREATE or UPDATE")
     kind = kind_of(request.get("kind"))
     if kind is not None and kind.custom_resource:
-        return _check_operator_resource(request, kind, review_pod, gpu_resource)
+        return _check_operator_resource(request, kind, pod_decision, gpu_resource)
     workload: Workload = request.get("object") or {}
     found_templates = pod_templates(workload, kind) if kind else []
     if kind is None or not found_templates:
@@ -87,7 +88,7 @@ def check_workload(
     first: Outcome | None = None
     for location, path, template in found_templates:
         found, pods = _check_template(
-            request, workload, kind.kind, location, path, template, review_pod, gpu_resource
+            request, workload, kind.kind, location, path, template, pod_decision, gpu_resource
         )
         if len(found_templates) > 1:
             found = [f"{'.'.join(path)}: {warning}" for warning in found]
@@ -104,13 +105,13 @@ def _check_template(
     location: TemplateLocation,
     path: tuple[str, ...],
     template: Mapping[str, Any],
-    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    pod_decision: PodDecision,
     gpu_resource: str,
 ) -> tuple[list[str], Outcome]:
     pod = templated_pod(template)
     annotations = (pod["metadata"] or {}).get("annotations") or {}
     warnings = _misplaced(workload, kind, location, path, annotations)
-    pods = review_pod(
+    pods = pod_decision.review(
         {
             "uid": request["uid"],
             "kind": POD_KIND,
@@ -175,9 +176,9 @@ def _reason(pods: Outcome) -> str:
 
 
 def _review_operator_template(
-    request: AdmissionRequest[Any], pod: Pod, review_pod: Callable[[AdmissionRequest[Pod]], Outcome]
+    request: AdmissionRequest[Any], pod: Pod, pod_decision: PodDecision
 ) -> Outcome:
-    return review_pod(
+    return pod_decision.review(
         {
             "uid": request["uid"],
             "kind": POD_KIND,
@@ -242,7 +243,7 @@ def operator_templates(
 def _check_operator_resource(
     request: AdmissionRequest[OperatorResource],
     operator: WorkloadKind,
-    review_pod: Callable[[AdmissionRequest[Pod]], Outcome],
+    pod_decision: PodDecision,
     gpu_resource: str,
 ) -> WorkloadCheck:
     resource: OperatorResource = request.get("object") or {}
@@ -266,7 +267,7 @@ def _check_operator_resource(
         if template.pod is None:
             warnings.append(prefix + (template.problem or ""))
             continue
-        pods = _review_operator_template(request, template.pod, review_pod)
+        pods = _review_operator_template(request, template.pod, pod_decision)
         if chosen is None or (pods.decision == "mutated" and chosen.decision != "mutated"):
             chosen = pods
         annotations = (template.pod["metadata"] or {}).get("annotations") or {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from castslice.backends import BACKENDS, backend_class
-from castslice.config import (
+from castslice.settings.config import (
     DEFAULT_PRESETS,
     MAX_GPU_MEMORY,
     MAX_SHARING_DEGREE,
@@ -15,7 +15,7 @@ from castslice.config import (
     Config,
     ConfigError,
 )
-from castslice.names import (
+from castslice.settings.names import (
     MIN_PATH_TOKEN_LENGTH,
     extended_resource_problem,
     is_capacity_name,
@@ -23,8 +23,8 @@ from castslice.names import (
     is_path_token,
     parse_bounded_int,
 )
-from castslice.policy_file import PolicyError, load_policy, read_policy_file
-from castslice.rules import Policy
+from castslice.settings.policy_file import PolicyError, load_policy, read_policy_file
+from castslice.settings.rules import Policy
 
 # Set by Cloud Run (services, functions, jobs) and Knative Serving, whose URLs are public.
 _SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RUN_JOB")

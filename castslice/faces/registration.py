@@ -3,7 +3,7 @@
 Two webhooks, one endpoint: `pods.castslice.castops.io` rewrites Pods, and
 `workloads.castslice.castops.io` only warns about annotated workloads. Which
 requests reach the function at all (rules, namespaces, matchConditions) is
-castslice.selection; this module puts the client, the safety settings and the
+castslice.decision.selection; this module puts the client, the safety settings and the
 recorded policy around it. Every shipped configuration and `castslice webhook`
 are this module's output.
 """
@@ -16,11 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from castslice.config import Config
-from castslice.contract import DEFAULT_NAMESPACE, POLICY_ANNOTATION
-from castslice.manifest_files import dump_yaml
-from castslice.names import MIN_PATH_TOKEN_LENGTH, is_dns_label, is_dns_subdomain, is_path_token
-from castslice.selection import (
+from castslice.contract.definitions import DEFAULT_NAMESPACE, POLICY_ANNOTATION
+from castslice.decision.selection import (
     RegistrationError,
     namespace_selector,
     pod_match_conditions,
@@ -28,6 +25,14 @@ from castslice.selection import (
     workload_kinds,
     workload_match_conditions,
     workload_rules,
+)
+from castslice.faces.manifest_files import dump_yaml
+from castslice.settings.config import Config
+from castslice.settings.names import (
+    MIN_PATH_TOKEN_LENGTH,
+    is_dns_label,
+    is_dns_subdomain,
+    is_path_token,
 )
 
 Manifest = dict[str, Any]

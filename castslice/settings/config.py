@@ -1,6 +1,6 @@
 """The configuration: what every CASTSLICE_* setting decided, frozen.
 
-Nothing here reads the environment (castslice.environment does, once at start)
+Nothing here reads the environment (castslice.faces.environment does, once at start)
 or knows a backend; every other module reads a Config.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from castslice.rules import Policy
+from castslice.settings.rules import Policy
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
 SHARING_STRATEGIES = ("time-slicing", "mps")

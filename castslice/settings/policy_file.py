@@ -1,7 +1,7 @@
 """Reading and validating an enrolment policy document (YAML or JSON) into rules.
 
 Done once at start; every error names the rule and the field. The rules
-themselves are castslice.rules.
+themselves are castslice.settings.rules.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from castslice.names import DNS_LABEL, MAX_LABEL_LENGTH, is_label_value, label_key_problem
-from castslice.rules import OPERATORS, NamespacePattern, Policy, Requirement, Rule
+from castslice.settings.names import DNS_LABEL, MAX_LABEL_LENGTH, is_label_value, label_key_problem
+from castslice.settings.rules import OPERATORS, NamespacePattern, Policy, Requirement, Rule
 
 _RULE_FIELDS = ("name", "namespaces", "podSelector", "optimize", "workloadType", "slices")
 _SELECTOR_FIELDS = ("matchLabels", "matchExpressions")

@@ -1,8 +1,8 @@
 """The enrolment policy as data: ordered rules over namespaces and Pod labels, compiled once.
 
-This is part of the configuration (castslice.config holds a Policy); reading and
-validating a policy document is castslice.policy_file, and deciding a Pod's
-enrolment from these rules is castslice.enrolment.
+This is part of the configuration (castslice.settings.config holds a Policy); reading and
+validating a policy document is castslice.settings.policy_file, and deciding a Pod's
+enrolment from these rules is castslice.decision.enrolment.
 """
 
 from __future__ import annotations

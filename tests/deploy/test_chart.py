@@ -21,10 +21,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-import castslice.tls
+import castslice.faces.tls
 from castslice import __version__
-from castslice.config import Config, ConfigError
-from castslice.environment import load_config
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config, ConfigError
 from tests.helm import (
     CHART,
     Objects,
@@ -606,10 +606,10 @@ class TestDefaults:
     def test_the_container_runs_the_tls_server_on_the_image(self, pod_spec: dict[str, Any]) -> None:
         container = pod_spec["containers"][0]
         assert container["image"] == f"{SAMPLE_REPOSITORY}:{__version__}"
-        assert container["command"] == ["gunicorn", "--config=python:castslice.tls"]
-        assert "args" not in container  # castslice/tls.py holds every setting
+        assert container["command"] == ["gunicorn", "--config=python:castslice.faces.tls"]
+        assert "args" not in container  # castslice/faces/tls.py holds every setting
         (https,) = [port for port in container["ports"] if port["name"] == "https"]
-        assert castslice.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
+        assert castslice.faces.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
 
     def test_the_cert_manager_secret_is_mounted_where_the_tls_server_reads_it(
         self, objects: Objects, pod_spec: dict[str, Any]
@@ -622,8 +622,8 @@ class TestDefaults:
         (tls,) = [v for v in volumes.values() if "secret" in v]
         assert tls["secret"]["secretName"] == serving["spec"]["secretName"]
         directory = mounts[tls["name"]]["mountPath"]
-        assert castslice.tls.certfile == f"{directory}/tls.crt"
-        assert castslice.tls.keyfile == f"{directory}/tls.key"
+        assert castslice.faces.tls.certfile == f"{directory}/tls.crt"
+        assert castslice.faces.tls.keyfile == f"{directory}/tls.key"
         # The root filesystem is read-only; gunicorn writes its heartbeat files to /tmp.
         assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m["mountPath"] == "/tmp")]
 

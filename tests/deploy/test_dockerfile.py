@@ -118,7 +118,12 @@ def copied_sources() -> list[str]:
 
 def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
     assert set(copied_sources()) == {"requirements.txt", "main.py", "castslice"}
-    for source in ("requirements.txt", "main.py", "castslice/tls.py", "castslice/serving/core.py"):
+    for source in (
+        "requirements.txt",
+        "main.py",
+        "castslice/faces/tls.py",
+        "castslice/faces/serving/core.py",
+    ):
         assert not dockerignore_excludes(source), source
     for private in (".git/config", ".venv/bin/python", "tests/conftest.py", "infra/main.tf"):
         assert dockerignore_excludes(private), private
@@ -178,7 +183,7 @@ def gcloudignore_excludes(path: str) -> bool:
 def test_a_source_deploy_uploads_what_googles_buildpacks_run() -> None:
     # `gcloud run deploy --source . --function=TARGET`: the Python buildpack installs
     # requirements.txt and runs functions-framework on main.py with that target.
-    for path in ("main.py", "requirements.txt", "castslice/serving/core.py"):
+    for path in ("main.py", "requirements.txt", "castslice/faces/serving/core.py"):
         assert not gcloudignore_excludes(path), path
     assert gcloudignore_excludes(".venv/bin/python")
     pins = (ROOT / "requirements.txt").read_text().splitlines()

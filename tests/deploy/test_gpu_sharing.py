@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from castslice.backends import backend_for
-from castslice.config import SHARING_STRATEGIES
-from castslice.environment import load_config
+from castslice.faces.environment import load_config
+from castslice.settings.config import SHARING_STRATEGIES
 
 from .variants import INFRA
 
@@ -187,7 +187,7 @@ DRA = GPU_SHARING / "dra"
 
 
 def test_the_shipped_claim_templates_are_the_renderer_output() -> None:
-    from castslice.claimtemplates import claim_templates, default_counts
+    from castslice.backends.dra.claim_templates import claim_templates, default_counts
 
     config = load_config({"CASTSLICE_BACKEND": "dra"})
     shipped = list(yaml.safe_load_all((DRA / "claim-templates.yaml").read_text()))

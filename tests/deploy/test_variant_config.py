@@ -21,8 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice.config import Config
-from castslice.environment import load_config
+from castslice.faces.environment import load_config
+from castslice.settings.config import Config
 
 from .conftest import kubectl
 from .variants import (

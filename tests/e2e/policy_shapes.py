@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.config import Config
-from castslice.contract import APPLIED
+from castslice.contract.definitions import APPLIED
+from castslice.settings.config import Config
 
 from .pods import GPU, IMAGE, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, Manifest, container, pod
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from castslice.enrolment import decide
-from castslice.patch import gpu_containers
-from castslice.rules import Policy
+from castslice.contract.patch import gpu_containers
+from castslice.decision.enrolment import decide
+from castslice.settings.rules import Policy
 
 from .castslice_server import CastSliceServer, StartServer
 from .pods import (

@@ -20,7 +20,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from castslice.contract import WORKLOAD_KINDS, WorkloadKind
+from castslice.contract.definitions import WORKLOAD_KINDS, WorkloadKind
 from tests.helm import GoModuleUnavailable
 
 from .castslice_server import CastSliceServer

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.admission import Admission
-from castslice.contract import APPLIED
-from castslice.environment import load_config
-from castslice.policymode import render
-from castslice.policymode.messages import shorten as cel_shorten
-from castslice.policymode.policies import WARNING_SLOTS
-from castslice.selection import pod_match_conditions
-from castslice.slices import shorten
+from castslice.contract.definitions import APPLIED
+from castslice.decision.admission import Admission
+from castslice.decision.selection import pod_match_conditions
+from castslice.decision.slices import shorten
+from castslice.faces.environment import load_config
+from castslice.faces.policymode import render
+from castslice.faces.policymode.messages import shorten as cel_shorten
+from castslice.faces.policymode.policies import WARNING_SLOTS
 
 from . import celeval
 from .conftest import missing

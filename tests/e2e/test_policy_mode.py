@@ -34,12 +34,12 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from castslice.config import Config
-from castslice.contract import APPLIED
-from castslice.environment import load_config
-from castslice.policymode import WARNING_PREFIX, render_yaml
-from castslice.policymode.policies import WARNING_SLOTS
-from castslice.policymode.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
+from castslice.contract.definitions import APPLIED
+from castslice.faces.environment import load_config
+from castslice.faces.policymode import WARNING_PREFIX, render_yaml
+from castslice.faces.policymode.policies import WARNING_SLOTS
+from castslice.faces.policymode.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
+from castslice.settings.config import Config
 
 from ..procs import wait_until
 from .castslice_server import StartServer

@@ -12,90 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, NamedTuple
 
-from castslice.backends.base import Backend, LeftAlone, Placement, whole_gpus
-from castslice.config import MEBIBYTE, Config
-from castslice.contract import CONTAINER_LISTS
-from castslice.kube import PodSpec
-from castslice.patch import GpuContainer, PatchOperation, escape_pointer_token
+from castslice.backends.base import Backend, ClaimTemplates, LeftAlone, NodeCheck, Placement
+from castslice.backends.dra import devices_check, templates_check
+from castslice.backends.dra.claim_templates import DraClaimTemplates, claim_shape, template_name
+from castslice.contract.definitions import CONTAINER_LISTS
+from castslice.contract.kube import PodSpec
+from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointer_token
 
-API_VERSION = "resource.k8s.io/v1"
-# The one request in every template; a container's claim names no request, so it gets all.
-REQUEST = "gpu"
-TEMPLATE_PREFIX = "castslice-"
 # Pod-level claim names, one per GPU container in the Pod's order.
 CLAIM_PREFIX = "castslice-gpu-"
-# The NVIDIA DRA driver's memory request policy steps in MiB; a claim rounds up to it.
-_MEMORY_STEP = MEBIBYTE
-
-
-class ClaimShape(NamedTuple):
-    """What one claim asks for: `devices` devices, each with `shares` of its capacity."""
-
-    devices: int
-    shares: int
-    memory: int | None
-
-
-def template_slices(config: Config, slices: int) -> int:
-    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
-
-    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
-    """
-    per_gpu = config.slices_per_gpu
-    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
-
-
-def template_name(config: Config, slices: int) -> str:
-    return f"{TEMPLATE_PREFIX}{template_slices(config, slices)}-of-{config.slices_per_gpu}"
-
-
-def claim_shape(config: Config, slices: int) -> ClaimShape:
-    """One device with `s` shares (and s/S of its memory), or ceil(s/S) devices with all S.
-
-    A whole device asks for every share, which already keeps every other claim off
-    it; it asks for no memory, so it also fits GPUs with less than
-    CASTSLICE_DRA_GPU_MEMORY.
-    """
-    per_gpu = config.slices_per_gpu
-    if slices >= per_gpu:
-        return ClaimShape(whole_gpus(config, slices), per_gpu, None)
-    memory = None
-    if config.dra_gpu_memory is not None:
-        exact = Fraction(config.dra_gpu_memory * slices, per_gpu)
-        memory = -(-exact // _MEMORY_STEP) * _MEMORY_STEP
-    return ClaimShape(1, slices, memory)
-
-
-def memory_quantity(size: int) -> str:
-    """`size` bytes in the largest binary unit that keeps it whole (20Gi, 3840Mi)."""
-    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if size % unit == 0:
-            return f"{size // unit}{suffix}"
-    return str(size)
-
-
-def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
-    """The `spec` of the ResourceClaimTemplate for `slices` (its `spec.spec` is the claim)."""
-    shape = claim_shape(config, slices)
-    requests = {config.dra_capacity: str(shape.shares)}
-    if shape.memory is not None:
-        requests["memory"] = memory_quantity(shape.memory)
-    exactly = {
-        "deviceClassName": config.dra_device_class,
-        "allocationMode": "ExactCount",
-        "count": shape.devices,
-        "capacity": {"requests": requests},
-    }
-    return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
 
 class DraBackend(Backend):
     """Claims of `s` shares of one device, or of whole devices; no node labels."""
 
     name = "dra"
-    claims_devices = True
     policy_mode_refusal = (
         "the dra backend adds resource claims to Pods, and policy mode does not render "
         "them yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=dra"
@@ -166,10 +98,23 @@ class DraBackend(Backend):
         )
 
     def setup_hint(self) -> str:
+        return devices_check.setup_hint(self.config)
+
+    def claim_templates(self) -> ClaimTemplates:
+        return DraClaimTemplates(self.config)
+
+    def node_checks(self) -> Sequence[NodeCheck]:
         return (
-            "install the NVIDIA DRA driver with featureGates.ConsumableShares=true and "
-            f"consumableShares={self.config.slices_per_gpu} (infra/gpu-sharing/dra/), or set "
-            "CASTSLICE_DRA_CAPACITY to the capacity your driver publishes"
+            NodeCheck(
+                devices_check.CHECK,
+                "get deviceclasses and list resourceslices",
+                devices_check.check_devices,
+            ),
+            NodeCheck(
+                templates_check.CHECK,
+                "list pods and resourceclaimtemplates",
+                templates_check.check_templates,
+            ),
         )
 
     def describe(self) -> str:

@@ -9,16 +9,11 @@ missing stays Pending.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
-from castslice.backends.dra import (
-    API_VERSION,
-    TEMPLATE_PREFIX,
-    claim_template_spec,
-    template_name,
-    template_slices,
-)
-from castslice.config import Config
+from castslice.backends.base import TemplateCounts, whole_gpus
+from castslice.settings.config import MEBIBYTE, Config
 
 Manifest = dict[str, Any]
 
@@ -32,17 +27,79 @@ __all__ = [
     "reachable_counts",
 ]
 
+API_VERSION = "resource.k8s.io/v1"
+# The one request in every template; a container's claim names no request, so it gets all.
+REQUEST = "gpu"
+TEMPLATE_PREFIX = "castslice-"
+# The NVIDIA DRA driver's memory request policy steps in MiB; a claim rounds up to it.
+_MEMORY_STEP = MEBIBYTE
+
+
+class ClaimShape(NamedTuple):
+    """What one claim asks for: `devices` devices, each with `shares` of its capacity."""
+
+    devices: int
+    shares: int
+    memory: int | None
+
+
+def template_slices(config: Config, slices: int) -> int:
+    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
+
+    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
+    """
+    per_gpu = config.slices_per_gpu
+    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
+
+
+def template_name(config: Config, slices: int) -> str:
+    return f"{TEMPLATE_PREFIX}{template_slices(config, slices)}-of-{config.slices_per_gpu}"
+
+
+def claim_shape(config: Config, slices: int) -> ClaimShape:
+    """One device with `s` shares (and s/S of its memory), or ceil(s/S) devices with all S.
+
+    A whole device asks for every share, which already keeps every other claim off
+    it; it asks for no memory, so it also fits GPUs with less than
+    CASTSLICE_DRA_GPU_MEMORY.
+    """
+    per_gpu = config.slices_per_gpu
+    if slices >= per_gpu:
+        return ClaimShape(whole_gpus(config, slices), per_gpu, None)
+    memory = None
+    if config.dra_gpu_memory is not None:
+        exact = Fraction(config.dra_gpu_memory * slices, per_gpu)
+        memory = -(-exact // _MEMORY_STEP) * _MEMORY_STEP
+    return ClaimShape(1, slices, memory)
+
+
+def memory_quantity(size: int) -> str:
+    """`size` bytes in the largest binary unit that keeps it whole (20Gi, 3840Mi)."""
+    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
+    """The `spec` of the ResourceClaimTemplate for `slices` (its `spec.spec` is the claim)."""
+    shape = claim_shape(config, slices)
+    requests = {config.dra_capacity: str(shape.shares)}
+    if shape.memory is not None:
+        requests["memory"] = memory_quantity(shape.memory)
+    exactly = {
+        "deviceClassName": config.dra_device_class,
+        "allocationMode": "ExactCount",
+        "count": shape.devices,
+        "capacity": {"requests": requests},
+    }
+    return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
+
+
 # Every template carries it: doctor and `kubectl get -l` find them by it.
 PART_OF = ("app.kubernetes.io/part-of", "castslice")
 # Beyond this many templates per namespace, only the counts the settings name are rendered.
 MAX_TEMPLATES = 64
-
-
-class TemplateCounts(NamedTuple):
-    """The slice counts to render, and what a user must do when some reachable ones are not."""
-
-    counts: tuple[int, ...]
-    note: str | None = None
 
 
 def reachable_counts(config: Config) -> list[int]:
@@ -114,3 +171,19 @@ def _counts_text(counts: Sequence[int]) -> str:
     if len(counts) > 1 and list(counts) == list(range(counts[0], counts[-1] + 1)):
         return f"{counts[0]}-{counts[-1]} slices"
     return ", ".join(map(str, counts)) + (" slice" if counts == (1,) else " slices")
+
+
+class DraClaimTemplates:
+    """The backend's answer to `Backend.claim_templates`: its counts and manifests."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def default_counts(self) -> TemplateCounts:
+        return default_counts(self.config)
+
+    def chosen_counts(self, asked: Iterable[int]) -> tuple[int, ...]:
+        return chosen_counts(self.config, asked)
+
+    def manifests(self, namespaces: Sequence[str | None], counts: Sequence[int]) -> list[Manifest]:
+        return claim_templates(self.config, namespaces, counts)

@@ -12,16 +12,23 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from castslice.backends import backend_for
-from castslice.claimtemplates import API_VERSION
-from castslice.config import Config
-from castslice.doctor.cluster import ApiError, Cluster
-from castslice.doctor.report import Result, failed, passed, warning
+from castslice.backends.dra.claim_templates import API_VERSION
+from castslice.contract.cluster import ApiError, Cluster
+from castslice.contract.findings import Result, failed, passed, warning
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 
 CHECK = "devices"
 _API = f"/apis/{API_VERSION}"
+
+
+def setup_hint(config: Config) -> str:
+    return (
+        "install the NVIDIA DRA driver with featureGates.ConsumableShares=true and "
+        f"consumableShares={config.slices_per_gpu} (infra/gpu-sharing/dra/), or set "
+        "CASTSLICE_DRA_CAPACITY to the capacity your driver publishes"
+    )
 
 
 def check_devices(cluster: Cluster, config: Config) -> Result:
@@ -40,7 +47,7 @@ def assess_devices(
     config: Config, device_class: Manifest | None, slices: Sequence[Manifest]
 ) -> Result:
     per_gpu = config.slices_per_gpu
-    fix = backend_for(config).setup_hint()
+    fix = setup_hint(config)
     if device_class is None:
         return failed(
             CHECK,

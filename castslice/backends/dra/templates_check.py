@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from castslice.backends import backend_for
-from castslice.claimtemplates import API_VERSION, TEMPLATE_PREFIX, default_counts
-from castslice.config import Config
-from castslice.contract import APPLIED, DecisionRecord
-from castslice.doctor.cluster import Cluster
-from castslice.doctor.report import Result, failed, passed, warning
+from castslice.backends.dra.claim_templates import (
+    API_VERSION,
+    TEMPLATE_PREFIX,
+    default_counts,
+    template_name,
+)
+from castslice.contract.cluster import Cluster
+from castslice.contract.definitions import APPLIED, DecisionRecord
+from castslice.contract.findings import Result, failed, passed, warning
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 
@@ -38,8 +42,7 @@ def assess_templates(
     for template in templates:
         metadata = template.get("metadata") or {}
         have.setdefault(metadata.get("namespace") or "", set()).add(metadata.get("name") or "")
-    backend = backend_for(config)
-    expected = {backend.place(count).claim_template for count in default_counts(config).counts}
+    expected = {template_name(config, count) for count in default_counts(config).counts}
     namespaces: set[str] = set()
     stuck: dict[tuple[str, str], list[str]] = {}
     for pod in pods:

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from castslice import __version__
-from castslice.cli.settings import add_settings
-from castslice.config import ConfigError
+from castslice.faces.cli.settings import add_settings
+from castslice.settings.config import ConfigError
 
 # Command (and module in this package) -> its help. Only the module of the command
 # being run is imported, so `castslice preview` never loads the Kubernetes client.

@@ -13,10 +13,9 @@ import sys
 import yaml
 
 from castslice.backends import backend_for
-from castslice.claimtemplates import chosen_counts, claim_templates, default_counts
-from castslice.cli import EXIT_OK, CommandError
-from castslice.cli.settings import config_from
-from castslice.names import is_dns_label, parse_bounded_int
+from castslice.faces.cli import EXIT_OK, CommandError
+from castslice.faces.cli.settings import config_from
+from castslice.settings.names import is_dns_label, parse_bounded_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,22 +41,20 @@ def run(args: argparse.Namespace) -> int:
     for namespace in args.namespace:
         if not is_dns_label(namespace):
             raise CommandError(f"--namespace {namespace!r} is not a namespace name")
-    if args.slices is None:
-        counts, note = default_counts(config)
-    else:
-        counts, note = (
-            chosen_counts(config, _slice_counts(args.slices, config.max_slice_ratio)),
-            None,
+    templates = backend_for(config).claim_templates()
+    if templates is None:
+        raise CommandError(
+            f"CASTSLICE_BACKEND is {config.backend}, whose Pods claim no devices; "
+            "claim templates are for a backend that does (--backend dra)"
         )
+    if args.slices is None:
+        counts, note = templates.default_counts()
+    else:
+        counts = templates.chosen_counts(_slice_counts(args.slices, config.max_slice_ratio))
+        note = None
     if note:
         print(f"castslice claim-templates: {note}", file=sys.stderr)
-    if not backend_for(config).claims_devices:
-        print(
-            f"castslice claim-templates: CASTSLICE_BACKEND is {config.backend}; only the dra "
-            "backend's Pods claim from these templates",
-            file=sys.stderr,
-        )
-    manifests = claim_templates(config, args.namespace or [None], counts)
+    manifests = templates.manifests(args.namespace or [None], counts)
     if args.output == "json":
         document = {"apiVersion": "v1", "kind": "List", "items": manifests}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")

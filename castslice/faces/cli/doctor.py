@@ -16,13 +16,13 @@ import yaml
 
 from castslice import __version__
 from castslice.backends import backend_for
-from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
-from castslice.cli.settings import config_from
-from castslice.config import Config
-from castslice.doctor import run_checks
-from castslice.doctor.cluster import ApiError, Cluster, Unreachable
-from castslice.doctor.report import Result, summary, symbols_for, text_line, to_json
-from castslice.registration import RegistrationError
+from castslice.contract.cluster import ApiError, Cluster, Unreachable
+from castslice.contract.findings import Result, summary, symbols_for, text_line, to_json
+from castslice.faces.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.faces.cli.settings import config_from
+from castslice.faces.doctor import run_checks
+from castslice.faces.registration import RegistrationError
+from castslice.settings.config import Config
 
 _DEFAULT_TIMEOUT = 10.0
 

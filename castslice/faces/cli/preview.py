@@ -25,34 +25,34 @@ from typing import Any, Literal
 import jsonpatch
 import msgspec
 
-from castslice.admission import Admission
-from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
-from castslice.cli.settings import config_from
-from castslice.contract import WorkloadKind, templates
-from castslice.manifest_files import (
-    Document,
-    ManifestError,
-    dump_yaml,
-    is_list,
-    objects,
-    read_documents,
-)
-from castslice.outcome import Outcome
-from castslice.review import (
+from castslice.contract.definitions import WorkloadKind, templates
+from castslice.contract.review import (
     POD_KIND,
     GroupVersionKind,
     UnreadableObject,
     decode_review,
     encode_json,
 )
-from castslice.selection import sends_pod, sends_workload
-from castslice.workloads import (
+from castslice.decision.admission import Admission
+from castslice.decision.outcome import Outcome
+from castslice.decision.selection import sends_pod, sends_workload
+from castslice.decision.workloads import (
     kind_of,
     node_at,
     pod_templates,
     template_of,
     templated_pod,
     write_back,
+)
+from castslice.faces.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.faces.cli.settings import config_from
+from castslice.faces.manifest_files import (
+    Document,
+    ManifestError,
+    dump_yaml,
+    is_list,
+    objects,
+    read_documents,
 )
 
 DEFAULT_NAMESPACE = "default"

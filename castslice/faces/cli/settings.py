@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from castslice.backends import BACKENDS
-from castslice.config import SHARING_STRATEGIES, Config, ConfigError
-from castslice.environment import load_config
+from castslice.faces.environment import load_config
+from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
 
 
 class Setting(NamedTuple):

@@ -14,13 +14,18 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from castslice.cli import EXIT_OK, CommandError
-from castslice.cli.settings import SETTINGS, config_from, effective_environment
-from castslice.config import Config
-from castslice.contract import DEFAULT_NAMESPACE
-from castslice.policy_file import PolicyError, load_policy, read_policy_file
-from castslice.registration import DEFAULT_NAME, RegistrationError, to_yaml, webhook_configuration
-from castslice.selection import pod_match_conditions
+from castslice.contract.definitions import DEFAULT_NAMESPACE
+from castslice.decision.selection import pod_match_conditions
+from castslice.faces.cli import EXIT_OK, CommandError
+from castslice.faces.cli.settings import SETTINGS, config_from, effective_environment
+from castslice.faces.registration import (
+    DEFAULT_NAME,
+    RegistrationError,
+    to_yaml,
+    webhook_configuration,
+)
+from castslice.settings.config import Config
+from castslice.settings.policy_file import PolicyError, load_policy, read_policy_file
 
 # The variables that change what this command prints (the policy, and the GPU resource its
 # matchConditions test for).

@@ -7,15 +7,15 @@ server-side dry runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from castslice.backends import backend_for
-from castslice.config import Config
-from castslice.doctor import (
+from castslice.backends import NodeCheck, backend_for
+from castslice.contract.cluster import ApiError, Cluster
+from castslice.contract.findings import Result, failed
+from castslice.faces.doctor import (
     capacity,
-    claim_templates,
-    devices,
     dry_run,
     endpoint,
     fail_open,
@@ -25,12 +25,20 @@ from castslice.doctor import (
     quotas,
     registration,
 )
-from castslice.doctor.cluster import ApiError, Cluster
-from castslice.doctor.report import Result, failed
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+# What a device-plugin backend's nodes must offer: capacity and labels, no Pod waiting for it.
+_DEVICE_PLUGIN_CHECKS = (
+    NodeCheck(capacity.CHECK, "list nodes and pods", capacity.check_nodes),
+    NodeCheck(gpu_nodes.CHECK, "list nodes", gpu_nodes.check_gpu_nodes),
+    NodeCheck(pending.CHECK, "list pods", pending.check_pending),
+    NodeCheck(quotas.CHECK, "list resourcequotas", quotas.check_quotas),
+)
 
 
 def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> list[Result]:
@@ -50,27 +58,11 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
             _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
         )
     cause = likely_cause.for_endpoint(config, live, webhook_names)
-    node_checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
-        (
-            (
-                devices.CHECK,
-                "get deviceclasses and list resourceslices",
-                lambda: devices.check_devices(cluster, config),
-            ),
-            (
-                claim_templates.CHECK,
-                "list pods and resourceclaimtemplates",
-                lambda: claim_templates.check_templates(cluster, config),
-            ),
-        )
-        if backend_for(config).claims_devices
-        else (
-            (capacity.CHECK, "list nodes and pods", lambda: capacity.check_nodes(cluster, config)),
-            (gpu_nodes.CHECK, "list nodes", lambda: gpu_nodes.check_gpu_nodes(cluster, config)),
-            (pending.CHECK, "list pods", lambda: pending.check_pending(cluster, config)),
-            (quotas.CHECK, "list resourcequotas", lambda: quotas.check_quotas(cluster, config)),
-        )
-    )
+    own = backend_for(config).node_checks()
+    node_checks = [
+        (check.name, check.rights, functools.partial(check.run, cluster, config))
+        for check in (own if own is not None else _DEVICE_PLUGIN_CHECKS)
+    ]
     checks: Sequence[tuple[str, str, Callable[[], Result]]] = (
         (endpoint.CHECK, "", lambda: cause(endpoint.check_endpoint(cluster, live, webhook_names))),
         (dry_run.CHECK, "", lambda: cause(dry_run.check_dry_run(cluster, config, namespace))),

@@ -14,11 +14,11 @@ from typing import Any
 
 import jsonpatch
 
-from castslice.admission import Admission
-from castslice.config import Config
-from castslice.contract import APPLIED, OPTIMIZE, DecisionRecord
-from castslice.doctor.cluster import ApiError, Cluster
-from castslice.doctor.report import Result, failed, passed
+from castslice.contract.cluster import ApiError, Cluster
+from castslice.contract.definitions import APPLIED, OPTIMIZE, DecisionRecord
+from castslice.contract.findings import Result, failed, passed
+from castslice.decision.admission import Admission
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from castslice.doctor.cluster import ApiError, Cluster, connection_problem
-from castslice.doctor.report import Result, failed, passed, unknown
+from castslice.contract.cluster import ApiError, Cluster, connection_problem
+from castslice.contract.findings import Result, failed, passed, unknown
 
 Manifest = dict[str, Any]
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from castslice.doctor.cluster import ApiError, Cluster
-from castslice.doctor.report import Result, failed, passed, unknown
+from castslice.contract.cluster import ApiError, Cluster
+from castslice.contract.findings import Result, failed, passed, unknown
 
 CHECK = "fail-open"
 METRIC = "apiserver_admission_webhook_fail_open_count"

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from castslice.backends import Backend, Placement, backend_for, sharing_degree
-from castslice.config import Config
-from castslice.doctor.capacity import is_usable, serves
-from castslice.doctor.cluster import Cluster
-from castslice.doctor.report import Result, failed, passed
+from castslice.contract.cluster import Cluster
+from castslice.contract.findings import Result, failed, passed
+from castslice.faces.doctor.capacity import is_usable, serves
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from castslice.backends import backend_for
-from castslice.config import Config
-from castslice.doctor.dry_run import CHECK as CHECK_DRY_RUN
-from castslice.doctor.dry_run import NOT_CALLED
-from castslice.doctor.endpoint import castslice_client_configs
-from castslice.doctor.report import Result
+from castslice.contract.findings import Result
+from castslice.faces.doctor.dry_run import CHECK as CHECK_DRY_RUN
+from castslice.faces.doctor.dry_run import NOT_CALLED
+from castslice.faces.doctor.endpoint import castslice_client_configs
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from castslice.backends import backend_for
-from castslice.config import Config
-from castslice.contract import APPLIED
-from castslice.doctor.capacity import needed_placements
-from castslice.doctor.cluster import Cluster
-from castslice.doctor.report import Result, failed, passed
+from castslice.contract.cluster import Cluster
+from castslice.contract.definitions import APPLIED
+from castslice.contract.findings import Result, failed, passed
+from castslice.faces.doctor.capacity import needed_placements
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

@@ -14,9 +14,9 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from castslice.backends import backend_for
-from castslice.config import Config
-from castslice.doctor.cluster import Cluster
-from castslice.doctor.report import Result, failed, passed
+from castslice.contract.cluster import Cluster
+from castslice.contract.findings import Result, failed, passed
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

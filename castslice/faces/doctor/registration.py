@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from castslice.config import Config
-from castslice.doctor.report import Result, failed, passed
-from castslice.registration import RegistrationError, webhook_configuration
+from castslice.contract.findings import Result, failed, passed
+from castslice.faces.registration import RegistrationError, webhook_configuration
+from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 

@@ -11,8 +11,7 @@ import json
 import yaml
 
 from castslice.backends import backend_for
-from castslice.config import Config
-from castslice.policymode.policies import (
+from castslice.faces.policymode.policies import (
     MINIMUM_KUBERNETES,
     NAME,
     WARNING_PREFIX,
@@ -21,6 +20,7 @@ from castslice.policymode.policies import (
     Manifest,
     policies,
 )
+from castslice.settings.config import Config
 
 __all__ = [
     "NAME",

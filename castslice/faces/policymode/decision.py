@@ -1,18 +1,18 @@
 """CEL for the decision: the slice count from the annotations, then the backend's placement.
 
-Mirrors castslice.slices.resolve_slices and castslice.backends; the variables
+Mirrors castslice.decision.slices.resolve_slices and castslice.backends; the variables
 defined here are shared by the mutating and the validating policy, so both
 read the same answer.
 """
 
 from __future__ import annotations
 
-from castslice import cel
-from castslice.cel import Expr, literal, string, variable
-from castslice.config import Config
-from castslice.contract import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
-from castslice.rules import Policy, Requirement, Rule
-from castslice.selection import namespace_matches
+from castslice.contract import cel
+from castslice.contract.cel import Expr, literal, string, variable
+from castslice.contract.definitions import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
+from castslice.decision.selection import namespace_matches
+from castslice.settings.config import Config
+from castslice.settings.rules import Policy, Requirement, Rule
 
 # The Kubernetes field of a required node affinity.
 REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -1,19 +1,19 @@
 """CEL that writes the webhook's warnings, character for character.
 
-Mirrors castslice.slices (`shorten`, `clip`, the invalid-annotation warnings)
-and castslice.admission (placed by hand, less than asked).
+Mirrors castslice.decision.slices (`shorten`, `clip`, the invalid-annotation warnings)
+and castslice.decision.admission (placed by hand, less than asked).
 """
 
 from __future__ import annotations
 
-from castslice import cel
-from castslice.cel import Expr, literal, string, variable
-from castslice.config import Config
-from castslice.contract import SLICE_RATIO, WORKLOAD_TYPE
-from castslice.policymode.placement import PlacementCel
-from castslice.rules import POLICY_SOURCE_PREFIX
-from castslice.slices import MAX_WARNING_LENGTH, known_types
-from castslice.slices import shorten as shorten_text
+from castslice.contract import cel
+from castslice.contract.cel import Expr, literal, string, variable
+from castslice.contract.definitions import SLICE_RATIO, WORKLOAD_TYPE
+from castslice.decision.slices import MAX_WARNING_LENGTH, known_types
+from castslice.decision.slices import shorten as shorten_text
+from castslice.faces.policymode.placement import PlacementCel
+from castslice.settings.config import Config
+from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
 # slices.shorten keeps at most this many characters of a rendered value.
 _SHORT = 20

@@ -1,23 +1,23 @@
 """CEL building the webhook's JSON Patch: resources, placement and the decision record.
 
-Mirrors castslice.patch operation for operation (same paths, same conditions),
+Mirrors castslice.contract.patch operation for operation (same paths, same conditions),
 so the API server stores the same Pod whichever engine ran.
 """
 
 from __future__ import annotations
 
-from castslice import cel
-from castslice.cel import Expr, jsonpatch, string, variable
-from castslice.config import Config
-from castslice.contract import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
-from castslice.patch import escape_pointer_token
-from castslice.policymode.decision import (
+from castslice.contract import cel
+from castslice.contract.cel import Expr, jsonpatch, string, variable
+from castslice.contract.definitions import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
+from castslice.contract.patch import escape_pointer_token
+from castslice.faces.policymode.decision import (
     REQUIRED_AFFINITY,
     containers_of,
     gpu_requested,
     required_node_terms,
 )
-from castslice.policymode.placement import PlacementCel
+from castslice.faces.policymode.placement import PlacementCel
+from castslice.settings.config import Config
 
 _BACKSLASH, _QUOTE = "\\", '"'
 

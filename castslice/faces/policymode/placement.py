@@ -7,11 +7,11 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
-from castslice import cel
 from castslice.backends import Placement, backend_for, sharing_degree
-from castslice.cel import Expr, literal, string, variable
-from castslice.config import Config
-from castslice.slices import share_text
+from castslice.contract import cel
+from castslice.contract.cel import Expr, literal, string, variable
+from castslice.decision.slices import share_text
+from castslice.settings.config import Config
 
 Variables = list[tuple[str, Expr]]
 

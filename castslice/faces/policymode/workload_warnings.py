@@ -1,6 +1,6 @@
 """CEL for workload warnings: what a Deployment, Job, CronJob... will do to its Pods.
 
-Mirrors castslice.workloads.check_workload: the Pod the template would produce
+Mirrors castslice.decision.workloads.check_workload: the Pod the template would produce
 goes through the same decision as a Pod (the same variables, rooted at the
 template instead of `object`), its warnings are passed on, and the warnings
 about the workload itself (misplaced annotations, skipped templates, no GPU)
@@ -9,10 +9,9 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from castslice import cel
-from castslice.cel import Expr, literal, string, variable
-from castslice.config import Config
-from castslice.contract import (
+from castslice.contract import cel
+from castslice.contract.cel import Expr, literal, string, variable
+from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     APPLIED,
     MIRROR,
@@ -22,14 +21,19 @@ from castslice.contract import (
     TemplateLocation,
     WorkloadKind,
 )
-from castslice.policymode import messages
-from castslice.policymode.decision import Variables, placed_by_hand, slice_variables
-from castslice.policymode.mutation import asked_quantity, gpu_containers
-from castslice.policymode.placement import PlacementCel
-from castslice.registration import WORKLOAD_WEBHOOK
-from castslice.selection import namespace_selector, workload_match_conditions, workload_rules
-from castslice.slices import MAX_WARNING_LENGTH
-from castslice.slices import clip as clip_text
+from castslice.decision.selection import (
+    namespace_selector,
+    workload_match_conditions,
+    workload_rules,
+)
+from castslice.decision.slices import MAX_WARNING_LENGTH
+from castslice.decision.slices import clip as clip_text
+from castslice.faces.policymode import messages
+from castslice.faces.policymode.decision import Variables, placed_by_hand, slice_variables
+from castslice.faces.policymode.mutation import asked_quantity, gpu_containers
+from castslice.faces.policymode.placement import PlacementCel
+from castslice.faces.registration import WORKLOAD_WEBHOOK
+from castslice.settings.config import Config
 
 NAME = WORKLOAD_WEBHOOK
 POD = "variables.pod"

@@ -16,11 +16,7 @@ from collections.abc import Callable
 import msgspec
 
 from castslice import __version__
-from castslice.admission import Admission
-from castslice.config import Config
-from castslice.log import write_log, write_record
-from castslice.outcome import Outcome
-from castslice.review import (
+from castslice.contract.review import (
     AdmissionRequest,
     InvalidReview,
     UnreadableObject,
@@ -29,6 +25,10 @@ from castslice.review import (
     encode_json,
     encode_review,
 )
+from castslice.decision.admission import Admission
+from castslice.decision.outcome import Outcome
+from castslice.faces.log import write_log, write_record
+from castslice.settings.config import Config
 
 MAX_BODY_BYTES = 7 * 1024 * 1024
 JSON = "application/json"

@@ -7,8 +7,8 @@ from typing import IO
 import flask
 from werkzeug.exceptions import ClientDisconnected
 
-from castslice.review import encode_json
-from castslice.serving.core import JSON, MAX_BODY_BYTES, Webhook
+from castslice.contract.review import encode_json
+from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Webhook
 
 _CHUNK = 64 * 1024
 

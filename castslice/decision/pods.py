@@ -1,0 +1,136 @@
+"""The Pod decision: one Pod's AdmissionRequest in, one Outcome out.
+
+Enrolment decides whether the Pod is in, the slice resolution how many slices it
+gets, the backend turns them into resources and placement, the patch builder
+writes the operations; this module only puts them in order, each a step below it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from castslice.backends import Backend, Placement
+from castslice.contract.definitions import APPLIED, DecisionRecord
+from castslice.contract.kube import Pod
+from castslice.contract.patch import (
+    GpuContainer,
+    annotation_operations,
+    asked_quantity,
+    gpu_containers,
+)
+from castslice.contract.review import POD_KIND, AdmissionRequest, allowed, patched
+from castslice.decision.enrolment import by_annotation, decide, rule_decision
+from castslice.decision.outcome import Outcome
+from castslice.decision.slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
+from castslice.settings.config import Config
+
+
+class PodDecision:
+    """Decides on reviews of Pods for one configuration and backend; safe to share between
+    threads."""
+
+    def __init__(self, config: Config, backend: Backend) -> None:
+        self.config = config
+        self.backend = backend
+        # A placement depends on the slice count alone: worked out once per count.
+        self._place = functools.lru_cache(maxsize=64)(self.backend.place)
+
+    def review(self, request: AdmissionRequest) -> Outcome:
+        """Never denies; patches only opted-in Pods being created."""
+        uid = request["uid"]
+        pod: Pod = request.get("object") or {}
+        metadata = pod.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        config, backend = self.config, self.backend
+        reason = _not_a_pod_create(request)
+        rule = source = None
+        if reason is None:
+            policy = config.policy
+            # Without a policy the namespace and labels are never read.
+            enrolment = (
+                by_annotation(annotations)
+                if policy is None
+                else decide(
+                    policy,
+                    annotations,
+                    request.get("namespace") or metadata.get("namespace") or "",
+                    metadata.get("labels") or {},
+                )
+            )
+            rule, reason = enrolment.rule, enrolment.reason
+            if reason is not None and rule is not None:
+                source = rule.source  # the rule that excluded the Pod
+            reason = reason or _excluded(annotations)
+        if reason:
+            return Outcome(allowed(uid), "skipped", reason, source=source, backend=backend.name)
+
+        decision = resolve_slices(annotations, config, rule_decision(rule))
+        warnings = list(decision.warnings)
+        spec = pod.get("spec") or {}
+        containers = gpu_containers(spec, config.gpu_resource)
+        if not containers:
+            return Outcome(
+                allowed(uid, warnings),
+                "unchanged",
+                "no GPU request to rewrite",
+                backend=backend.name,
+            )
+        outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
+
+        left_alone = backend.left_alone(spec)
+        if left_alone:
+            warnings.append(clip(f"{left_alone.detail}; castslice left the Pod unchanged"))
+            return Outcome(allowed(uid, warnings), "unchanged", left_alone.reason, **outcome)
+
+        placement = self._place(decision.slices)
+        original: dict[str, str] = {}
+        for container in containers:
+            asked = asked_quantity(container, config.gpu_resource)
+            original[container.name] = asked
+            warning = _less_than_asked(container, asked, placement, config.gpu_resource)
+            if warning:
+                warnings.append(warning)
+        warnings += backend.notes(placement)
+        operations = backend.pod_operations(spec, containers, placement)
+        record = DecisionRecord(decision.slices, decision.source, backend.name, original)
+        operations += annotation_operations(metadata, {APPLIED: record.encode()})
+        audit = {
+            "slices": str(decision.slices),
+            "slice-source": decision.source,
+            "backend": backend.name,
+        }
+        return Outcome(
+            patched(uid, operations, warnings, audit),
+            "mutated",
+            containers_changed=len(containers),
+            **outcome,
+        )
+
+
+def _not_a_pod_create(request: AdmissionRequest) -> str | None:
+    if request.get("operation") != "CREATE":
+        return "not a CREATE"
+    if request.get("kind") != POD_KIND or request.get("subResource"):
+        return "not a core/v1 Pod"
+    return None
+
+
+def _excluded(annotations: Mapping[str, str]) -> str | None:
+    if is_mirror_pod(annotations):
+        return "mirror pod"
+    if APPLIED in annotations:
+        return "already applied"
+    return None
+
+
+def _less_than_asked(
+    container: GpuContainer, asked: str, placement: Placement, gpu: str
+) -> str | None:
+    # Quantities the API server would reject anyway ("1.5", "2Gi") are not compared.
+    if not asked.isdigit() or int(asked) <= 1 or placement.gpus >= int(asked):
+        return None
+    return clip(
+        f"container {shorten(container.name)} asked for {asked} {gpu}; "
+        f"castslice gives it {share_text(placement.gpus)}"
+    )
