@@ -27,6 +27,8 @@ COMMANDS = {
     "that do what the webhook does, for clusters on Kubernetes 1.36+",
     "claim-templates": "print the ResourceClaimTemplates the dra backend's Pods claim from, "
     "for the namespaces given",
+    "plan": "recommend the backend settings that run a workload (manifests, a live cluster's "
+    "Pods or a trace) on the fewest GPUs, against today's and no sharing",
     "doctor": "check a live installation: registration, endpoint, a dry-run Pod, nodes, "
     "Pending Pods, quotas and fail-open calls (read-only)",
 }

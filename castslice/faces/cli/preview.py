@@ -178,7 +178,7 @@ def preview(
     admission: Admission, where: str, manifest: dict[str, Any], namespace: str | None
 ) -> Preview:
     """`manifest` as CastSlice would leave it; `where` names it in errors."""
-    kind = _kind_of(manifest)
+    kind = manifest_kind(manifest)
     namespace = _namespace(where, manifest, namespace)
     reference = f"{manifest['kind']} {namespace}/{_name(manifest)}"
     config = admission.config
@@ -362,7 +362,7 @@ def _document_after(document: Document, previews: list[Preview]) -> dict[str, An
     return {**document.content, "items": [item.after for item in previews]}
 
 
-def _kind_of(manifest: dict[str, Any]) -> GroupVersionKind:
+def manifest_kind(manifest: dict[str, Any]) -> GroupVersionKind:
     group, _, version = manifest["apiVersion"].rpartition("/")
     return {"group": group, "version": version, "kind": manifest["kind"]}
 

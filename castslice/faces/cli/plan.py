@@ -1,0 +1,243 @@
+"""`castslice plan`: which backend settings run a workload mix on the fewest GPUs.
+
+The workload comes from manifests (`-f`, read and rewritten as `castslice preview`
+does), from the Pods of a live cluster (`--kubeconfig`, read-only, as doctor reads
+it) or from a task list shaped as the openb trace (`--trace`). The arithmetic is
+castslice.faces.plan's, which asks the backends how each Pod is placed.
+
+Exit status: 0 done, 2 bad input (the message names the file, row or cluster) or
+configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from castslice.contract.cluster import ApiError, Cluster, Unreachable
+from castslice.decision.admission import Admission
+from castslice.decision.workloads import kind_of, pod_templates, templated_pod
+from castslice.faces.cli import EXIT_OK, CommandError
+from castslice.faces.cli.preview import POD_KIND, manifest_kind, preview
+from castslice.faces.cli.settings import config_from
+from castslice.faces.manifest_files import ManifestError, dump_yaml, objects, read_documents
+from castslice.faces.plan import (
+    Estimate,
+    Plan,
+    Task,
+    WorkloadError,
+    environment_of,
+    plan,
+    tasks_from_pod,
+    tasks_from_trace,
+)
+from castslice.settings.config import Config
+
+# Pods that are done hold no GPU.
+_FINISHED = ("Succeeded", "Failed")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "GPUs are counted as if each group of alike Pods packed perfectly onto GPUs of its "
+        "own: a floor, without node boundaries, CPU or memory. Exit status: 0 done, 2 bad "
+        "input or configuration (the message names it)."
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE|DIR|-",
+        help="manifests, as castslice preview reads them; a workload counts its replicas",
+    )
+    source.add_argument(
+        "--trace",
+        metavar="CSV",
+        help="a task list with num_gpu and gpu_milli columns (Alibaba's openb trace shape)",
+    )
+    source.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="plan for the Pods of this cluster (read-only; '' for $KUBECONFIG, "
+        "~/.kube/config or in-cluster)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    parser.add_argument(
+        "-n", "--namespace", help="namespace of manifests that name none (default: default)"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format"
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE.svg", help="also draw the GPUs each candidate needs as an SVG"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from(args)
+    try:
+        tasks = _tasks(args, config)
+    except (ManifestError, WorkloadError) as error:
+        raise CommandError(str(error)) from None
+    if not any(task.gpus for task in tasks):
+        raise CommandError("the workload asks for no GPUs: nothing to plan")
+    result = plan(config, tasks)
+    if args.output == "json":
+        print(json.dumps(result.as_dict(), indent=2))
+    elif args.output == "yaml":
+        sys.stdout.write(dump_yaml(result.as_dict()))
+    else:
+        sys.stdout.write(table(result))
+    if args.plot:
+        try:
+            Path(args.plot).write_text(chart(result))
+        except OSError as error:
+            raise CommandError(f"cannot write --plot {args.plot}: {error.strerror}") from None
+    return EXIT_OK
+
+
+def _tasks(args: argparse.Namespace, config: Config) -> list[Task]:
+    if args.trace is not None:
+        try:
+            text = Path(args.trace).read_text()
+        except OSError as error:
+            raise CommandError(f"cannot read --trace {args.trace}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise CommandError(f"--trace {args.trace} is not a text CSV file") from None
+        return tasks_from_trace(text, args.trace)
+    if args.filename is not None:
+        return _manifest_tasks(args.filename, args.namespace, config)
+    return _cluster_tasks(args.kubeconfig or None, args.context, config)
+
+
+def _manifest_tasks(paths: Sequence[str], namespace: str | None, config: Config) -> list[Task]:
+    """Each Pod as CastSlice leaves it, and each workload's Pods times its replicas."""
+    admission = Admission(config)
+    tasks: list[Task] = []
+    for document in read_documents(paths, sys.stdin.buffer):
+        for where, manifest in objects(document):
+            after = preview(admission, where, manifest, namespace).after
+            kind = manifest_kind(after)
+            if kind == POD_KIND:
+                tasks += tasks_from_pod(after, config)
+                continue
+            workload = kind_of(kind)
+            if workload is None:
+                continue
+            copies = _replicas(after)
+            for _, _, template in pod_templates(after, workload):
+                tasks += tasks_from_pod(templated_pod(template), config) * copies
+    return tasks
+
+
+def _replicas(workload: dict[str, Any]) -> int:
+    """How many Pods a workload runs at once: `replicas`, or a Job's `parallelism`."""
+    spec = workload.get("spec") or {}
+    for key in ("replicas", "parallelism"):
+        value = spec.get(key)
+        if isinstance(value, int) and value >= 0:
+            return value
+    return 1
+
+
+def _cluster_tasks(kubeconfig: str | None, context: str | None, config: Config) -> list[Task]:
+    # Imported here: only this source needs the Kubernetes client.
+    from castslice.faces.cli.doctor import connect
+
+    api = connect(kubeconfig, context)
+    try:
+        cluster = Cluster(api)
+        pods = [
+            pod
+            for pod in cluster.list("/api/v1/pods")
+            if (pod.get("status") or {}).get("phase") not in _FINISHED
+        ]
+    except Unreachable as error:
+        raise CommandError(f"cannot use the API server at {error}") from None
+    except ApiError as error:
+        raise CommandError(f"cannot list Pods: {error}") from None
+    finally:
+        api.close()
+    return [task for pod in pods for task in tasks_from_pod(pod, config)]
+
+
+def _row(estimate: Estimate, result: Plan) -> list[str]:
+    pools = ", ".join(
+        f"{pool.label}: {pool.gpus}" + (f" ({pool.gpus / estimate.gpus:.0%})" if estimate.gpus else "")
+        for pool in estimate.pools
+    )
+    return [
+        ("* " if estimate.recommended else "  ") + estimate.name,
+        str(estimate.gpus),
+        f"{estimate.gpus - result.today.gpus:+d}",
+        f"{result.no_sharing.gpus - estimate.gpus:d}",
+        f"{estimate.rounded_up} by {float(estimate.rounded_by):.1f}",
+        pools,
+    ]
+
+
+def table(result: Plan) -> str:
+    header = ["configuration", "GPUs", "vs today", "saved", "rounded up (GPUs)", "GPUs per pool"]
+    rows = [_row(result.no_sharing, result), _row(result.today, result)]
+    rows += [_row(item, result) for item in result.candidates]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+             for row in [header, *rows]]
+    best = result.best
+    settings = " ".join(f"{key}={value}" for key, value in environment_of(best.settings).items())
+    lines += [
+        "",
+        f"{result.tasks} tasks, {result.opted_in} opted in; GPU demand {float(result.demand):.1f}, "
+        f"{result.ideal} GPUs if every share packed perfectly.",
+        f"Recommended: {best.name} ({settings}): {best.gpus} GPUs, "
+        f"{result.no_sharing.gpus - best.gpus} fewer than without sharing.",
+    ]
+    seen: set[str] = set()
+    for item in [result.today, *result.candidates]:
+        for warning in item.warnings:
+            if warning not in seen:
+                seen.add(warning)
+                lines.append(f"Warning: {item.name}: {warning}")
+    return "\n".join(lines) + "\n"
+
+
+def chart(result: Plan) -> str:
+    """A horizontal bar per configuration: the GPUs it needs, perfect packing as a line."""
+    rows = [result.no_sharing, result.today, *result.candidates]
+    bar_height, left, width = 22, 190, 460
+    top = max(item.gpus for item in rows) or 1
+    scale = width / top
+    height = 40 + bar_height * len(rows) + 30
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 80}" '
+        f'height="{height}" font-family="sans-serif" font-size="12">',
+        f'<text x="10" y="20" font-size="14">GPUs needed ({result.tasks} tasks)</text>',
+    ]
+    for index, item in enumerate(rows):
+        y = 35 + index * bar_height
+        colour = "#2b8a3e" if item.recommended else "#5c7cfa"
+        parts += [
+            f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{_escape(item.name)}</text>',
+            f'<rect x="{left}" y="{y + 3}" width="{item.gpus * scale:.1f}" '
+            f'height="{bar_height - 6}" fill="{colour}"/>',
+            f'<text x="{left + item.gpus * scale + 4:.1f}" y="{y + 15}">{item.gpus}</text>',
+        ]
+    ideal = left + result.ideal * scale
+    bottom = 35 + bar_height * len(rows)
+    parts += [
+        f'<line x1="{ideal:.1f}" y1="30" x2="{ideal:.1f}" y2="{bottom}" stroke="#e03131" '
+        'stroke-dasharray="4 3"/>',
+        f'<text x="{ideal:.1f}" y="{bottom + 16}" text-anchor="middle" fill="#e03131">'
+        f"perfect packing {result.ideal}</text>",
+        "</svg>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
