@@ -106,6 +106,8 @@ class Plan:
     no_sharing: Estimate
     today: Estimate
     candidates: list[Estimate] = field(default_factory=list)
+    # Each backend's recommended candidate, by backend name.
+    per_backend: dict[str, Estimate] = field(default_factory=dict)
 
     @property
     def ideal(self) -> int:
@@ -127,6 +129,10 @@ class Plan:
             "today": self.today.as_dict(baseline, today),
             "candidates": [estimate.as_dict(baseline, today) for estimate in self.candidates],
             "recommended": self.best.name,
+            "recommendedPerBackend": {
+                backend: {"name": item.name, "settings": item.settings, "gpus": item.gpus}
+                for backend, item in self.per_backend.items()
+            },
         }
 
 
@@ -154,7 +160,9 @@ def tasks_from_trace(text: str, source: str = "trace") -> list[Task]:
         if count == 1 and 0 < milli < MILLI:
             tasks.append(Task(Fraction(milli, MILLI), True, name))
         else:
-            tasks.append(Task(Fraction(count * milli, MILLI) if milli else Fraction(0), False, name))
+            tasks.append(
+                Task(Fraction(count * milli, MILLI) if milli else Fraction(0), False, name)
+            )
     return tasks
 
 
@@ -255,8 +263,9 @@ def pooled(config: Config) -> bool:
     """Whether the backend places shares by sharing degree (node pools): probed with two
     degree sets on one GPU of four slices."""
     probe = replace(config, slices_per_gpu=4)
-    pairs = backend_for(replace(probe, sharing_degrees=(2,))), backend_for(
-        replace(probe, sharing_degrees=(4,))
+    pairs = (
+        backend_for(replace(probe, sharing_degrees=(2,))),
+        backend_for(replace(probe, sharing_degrees=(4,))),
     )
     return pairs[0].place(1) != pairs[1].place(1)
 
@@ -314,6 +323,7 @@ def plan(config: Config, tasks: Sequence[Task]) -> Plan:
         no_sharing(tasks),
         today,
         kept,
+        chosen,
     )
 
 

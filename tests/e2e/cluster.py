@@ -49,8 +49,16 @@ KWOK_NODE_LABEL = ("type", "kwok")
 class LocalControlPlane:
     """`with LocalControlPlane(binaries) as plane:`, or `start()`, then `stop()` to clean up."""
 
-    def __init__(self, binaries: KubeBinaries, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        binaries: KubeBinaries,
+        workdir: Path | None = None,
+        scheduler_config: Path | None = None,
+    ) -> None:
+        """`scheduler_config`: a KubeSchedulerConfiguration (its profiles) for kube-scheduler,
+        as a cluster admin ships it; without one the scheduler runs its default profile."""
         self.binaries = binaries
+        self.scheduler_config = scheduler_config
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="castslice-kube-"))
         self.pki = self.workdir / "pki"
@@ -238,12 +246,16 @@ class LocalControlPlane:
         kubeconfig = self.workdir / "scheduler.kubeconfig"
         self._write_kubeconfig(kubeconfig, "system:kube-scheduler", self._scheduler)
         port = free_port()
+        connection = [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
+        if self.scheduler_config is not None:
+            # With --config the scheduler ignores --kubeconfig and --leader-elect: the file
+            # must say both, so the shipped profiles get this cluster's connection added.
+            connection = [f"--config={self._scheduler_config_file(kubeconfig)}"]
         scheduler = self._start(
             "kube-scheduler",
             [
                 str(self.binaries.scheduler),
-                f"--kubeconfig={kubeconfig}",
-                "--leader-elect=false",
+                *connection,
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 # Its self-signed serving certificate, instead of /var/run/kubernetes.
@@ -270,6 +282,15 @@ class LocalControlPlane:
             interval=0.25,
             alive=scheduler.check_running,
         )
+
+    def _scheduler_config_file(self, kubeconfig: Path) -> Path:
+        assert self.scheduler_config is not None
+        document = yaml.safe_load(self.scheduler_config.read_text())
+        document["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        document["leaderElection"] = {"leaderElect": False}
+        path = self.workdir / "scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
 
     def _start_kwok(self) -> Callable[[], None]:
         kubeconfig = self.workdir / "kwok.kubeconfig"

@@ -168,7 +168,8 @@ def _cluster_tasks(kubeconfig: str | None, context: str | None, config: Config) 
 
 def _row(estimate: Estimate, result: Plan) -> list[str]:
     pools = ", ".join(
-        f"{pool.label}: {pool.gpus}" + (f" ({pool.gpus / estimate.gpus:.0%})" if estimate.gpus else "")
+        f"{pool.label}: {pool.gpus}"
+        + (f" ({pool.gpus / estimate.gpus:.0%})" if estimate.gpus else "")
         for pool in estimate.pools
     )
     return [
@@ -186,8 +187,10 @@ def table(result: Plan) -> str:
     rows = [_row(result.no_sharing, result), _row(result.today, result)]
     rows += [_row(item, result) for item in result.candidates]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-             for row in [header, *rows]]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
     best = result.best
     settings = " ".join(f"{key}={value}" for key, value in environment_of(best.settings).items())
     lines += [

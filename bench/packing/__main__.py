@@ -1,0 +1,107 @@
+"""`python -m bench.packing`: replay the openb trace under each configuration and profile.
+
+    python -m bench.packing run --every 5 --seeds 42,43,44      # a sampled cluster
+    python -m bench.packing run --every 1 --seeds 42 --only dra-100
+    python -m bench.packing report                              # table and plots
+
+`run` appends one JSON line per replay to bench/packing/results/replays.jsonl; `report`
+writes the section of docs/performance.md between its markers and the plots beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from castslice.faces.plan import environment_of, plan, tasks_from_trace
+from castslice.settings.config import Config
+from tests.e2e import tools
+
+from . import report
+from .replay import PROFILES, Configuration, replay
+from .trace import TASKS_CSV, read_nodes, read_tasks, sample_nodes, workload
+
+RESULTS = Path(__file__).parent / "results" / "replays.jsonl"
+
+
+def planned(backend: str) -> dict[str, str]:
+    """The settings `castslice plan --trace` recommends for `backend` on the whole trace."""
+    result = plan(Config(backend=backend), tasks_from_trace(TASKS_CSV.read_text()))
+    return environment_of(result.per_backend[backend].settings)
+
+
+def configurations() -> list[Configuration]:
+    memory = {"CASTSLICE_DRA_GPU_MEMORY": "15Gi"}
+    resource = {"CASTSLICE_BACKEND": "resource"}
+    nvidia_plan = planned("nvidia")
+    return [
+        Configuration("no sharing", {"CASTSLICE_BACKEND": "resource"}, sharing=False),
+        Configuration("resource-4", {"CASTSLICE_BACKEND": "resource"}),
+        Configuration("resource-8", {**resource, "CASTSLICE_SLICES_PER_GPU": "8"}),
+        Configuration("resource-100", {**resource, "CASTSLICE_SLICES_PER_GPU": "100"}),
+        Configuration("nvidia-4", {"CASTSLICE_BACKEND": "nvidia"}),
+        Configuration(
+            f"nvidia-plan ({nvidia_plan.get('CASTSLICE_SHARING_DEGREES', '')})", nvidia_plan
+        ),
+        Configuration("dra-4", {"CASTSLICE_BACKEND": "dra"}),
+        Configuration("dra-8", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "8"}),
+        Configuration("dra-100", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100"}),
+        Configuration("dra-4 memory", {"CASTSLICE_BACKEND": "dra", **memory}),
+        Configuration(
+            "dra-100 memory",
+            {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100", **memory},
+        ),
+    ]  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen = [c for c in configurations() if not args.only or c.name in args.only.split(",")]
+    if not chosen:
+        print(f"--only {args.only}: no such configuration", file=sys.stderr)
+        return 2
+    profiles = args.profiles.split(",")
+    nginx, binaries = tools.nginx(), tools.kube_binaries()
+    nodes = sample_nodes(read_nodes(), args.every)
+    tasks = read_tasks()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    for seed in map(int, args.seeds.split(",")):
+        arrived = workload(tasks, sum(node.gpus for node in nodes), seed)
+        for profile in profiles:
+            for configuration in chosen:
+                print(
+                    f"{configuration.name}, {profile}, seed {seed}: {len(arrived)} tasks",
+                    flush=True,
+                )
+                began = time.time()
+                result = replay(
+                    configuration, profile, seed, args.every, nodes, arrived, binaries, nginx,
+                    log=lambda line: print(line, flush=True),
+                )  # fmt: skip
+                record = {**asdict(result), "started": began, "load": report.load()}
+                with RESULTS.open("a") as file:
+                    file.write(json.dumps(record) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.packing", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    runner = commands.add_parser("run", help="replay and append the results")
+    runner.add_argument("--every", type=int, default=5, help="one trace node in N (1: all)")
+    runner.add_argument("--seeds", default="42,43,44", help="workload seeds, comma-separated")
+    runner.add_argument("--profiles", default=",".join(PROFILES), help="scheduler profiles")
+    runner.add_argument("--only", help="configuration names, comma-separated")
+    commands.add_parser("report", help="write docs/performance.md's packing section and plots")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    report.write(RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

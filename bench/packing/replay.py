@@ -1,0 +1,329 @@
+"""One replay: the trace's nodes as fake nodes, its tasks as Pods through CastSlice, scored.
+
+The cluster is the end-to-end suite's: the real kube-apiserver, controller-manager and
+kube-scheduler, KWOK playing the kubelets, CastSlice served as in production (nginx TLS
+in front of functions-framework) and registered as `castslice webhook` generates it.
+Tasks are created in arrival order, many at once; at each checkpoint of arrived GPU
+demand the replay waits until the scheduler has decided every Pod (bound, or marked
+unschedulable) and counts what is placed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+
+from castslice.backends import backend_for
+from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
+from castslice.faces.environment import load_config
+from castslice.faces.plan import Task, estimate
+from castslice.settings.config import Config
+from tests.e2e import dra as dra_nodes
+from tests.e2e import nodes as fake_nodes
+from tests.e2e.castslice_server import CastSliceServer
+from tests.e2e.cluster import KWOK_NODE_LABEL, LocalControlPlane
+from tests.e2e.pods import create_namespace
+from tests.e2e.registration import register_and_wait
+from tests.e2e.tools import KubeBinaries
+from tests.procs import HarnessError, wait_until
+
+from .trace import MILLI, TraceNode, TraceTask
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_PACKING = REPO / "infra" / "scheduler" / "bin-packing.yaml"
+PROFILES: dict[str, Path | None] = {"default": None, "bin-packing": BIN_PACKING}
+NAMESPACE = "trace"
+# The node label a task's gpu_spec selects by: GPU Feature Discovery's product label.
+MODEL_LABEL = "nvidia.com/gpu.product"
+CHECKPOINTS = tuple(Fraction(n, 10) for n in (2, 4, 6, 8, 9, 10, 11, 12, 13))
+_CREATORS = 12
+_SETTLE_TIMEOUT = 900.0
+_READY_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A CastSlice configuration to replay: its CASTSLICE_* settings; `sharing` False opts
+    no task in (the baseline)."""
+
+    name: str
+    settings: dict[str, str]
+    sharing: bool = True
+
+    @property
+    def config(self) -> Config:
+        return load_config(self.settings)
+
+    @property
+    def claims(self) -> bool:
+        """Whether Pods claim devices (DRA) rather than asking for a device plugin's resource."""
+        return backend_for(self.config).claim_templates() is not None
+
+
+@dataclass
+class Result:
+    configuration: str
+    profile: str
+    seed: int
+    every: int
+    nodes: int
+    gpus: int
+    tasks: int
+    # (arrived GPU demand / cluster GPUs, placed GPU demand / cluster GPUs, Pods Pending)
+    curve: list[tuple[float, float, int]] = field(default_factory=list)
+    seconds: float = 0.0
+    settings: dict[str, str] = field(default_factory=dict)
+
+    def at(self, arrival: float) -> tuple[float, int]:
+        point = min(self.curve, key=lambda item: abs(item[0] - arrival))
+        return point[1], point[2]
+
+
+def slice_ratio(config: Config, task: TraceTask) -> int:
+    """The slices a task's share rounds up to: ceil(gpu_milli x S / 1000), at least 1."""
+    return max(1, math.ceil(Fraction(task.num_gpu * task.gpu_milli, MILLI) * config.slices_per_gpu))
+
+
+def opts_in(configuration: Configuration, task: TraceTask) -> bool:
+    """A fractional task opts in; a whole-GPU task too where Pods claim devices, since DRA
+    nodes offer no device plugin resource to ask for instead."""
+    if not configuration.sharing or not task.num_gpu:
+        return False
+    return task.fractional or configuration.claims
+
+
+def pod_manifest(configuration: Configuration, index: int, task: TraceTask) -> dict[str, Any]:
+    config = configuration.config
+    resources: dict[str, Any] = {
+        "requests": {"cpu": f"{task.cpu_milli}m", "memory": f"{task.memory_mib}Mi"}
+    }
+    if task.num_gpu:
+        resources["limits"] = {config.gpu_resource: str(task.num_gpu)}
+    metadata: dict[str, Any] = {"name": f"task-{index:05d}", "labels": {"trace": "openb"}}
+    if opts_in(configuration, task):
+        metadata["annotations"] = {OPTIMIZE: "true", SLICE_RATIO: str(slice_ratio(config, task))}
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "task", "image": "registry.invalid/task:1", "resources": resources}
+        ],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if task.gpu_spec:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": MODEL_LABEL,
+                                    "operator": "In",
+                                    "values": list(task.gpu_spec),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def plan_tasks(configuration: Configuration, tasks: Sequence[TraceTask]) -> list[Task]:
+    return [
+        Task(task.demand, opts_in(configuration, task) and task.fractional, task.name)
+        for task in tasks
+    ]
+
+
+def node_pools(
+    configuration: Configuration, nodes: Sequence[TraceNode], tasks: Sequence[TraceTask]
+) -> list[int | None]:
+    """Each node's sharing (clients or slices per GPU; None: whole GPUs), in the shares of
+    GPUs `castslice plan`'s arithmetic gives each pool for this workload."""
+    config = configuration.config
+    if not configuration.sharing:
+        return [None] * len(nodes)
+    pools = estimate(config, plan_tasks(configuration, tasks), configuration.name).pools
+    total = sum(pool.gpus for pool in pools) or 1
+    targets: dict[int | None, float] = {}
+    for pool in pools:
+        sharing = pool.degree if pool.degree else (None if pool.label == "whole GPUs" else 0)
+        key = config.slices_per_gpu if sharing == 0 else sharing
+        targets[key] = targets.get(key, 0.0) + pool.gpus / total
+    cluster = sum(node.gpus for node in nodes)
+    given = dict.fromkeys(targets, 0)
+    chosen: list[int | None] = []
+    for node in nodes:
+        # The pool furthest below its share of the cluster's GPUs takes the next node.
+        key = max(targets, key=lambda k: targets[k] * cluster - given[k])
+        given[key] += node.gpus
+        chosen.append(key)
+    return chosen
+
+
+def _node(configuration: Configuration, trace: TraceNode, sharing: int | None) -> dict[str, Any]:
+    backend = configuration.config.backend if configuration.sharing else "resource"
+    pool = fake_nodes.Pool(trace.name, sharing, gpus_per_node=trace.gpus)
+    manifest = fake_nodes.node_manifest(
+        "dra" if configuration.claims else backend, pool, trace.name
+    )
+    manifest["metadata"]["labels"][MODEL_LABEL] = trace.model
+    for field_name in ("capacity", "allocatable"):
+        manifest["status"][field_name].update(
+            {"cpu": f"{trace.cpu_milli}m", "memory": f"{trace.memory_mib}Mi", "pods": "1000"}
+        )
+    return manifest
+
+
+def _slice(config: Config, node: str, uid: str, gpus: int) -> dict[str, Any]:
+    """The node's ResourceSlice as the NVIDIA DRA driver publishes it with
+    --consumable-shares=S (tests/e2e/dra.py's, with this S)."""
+    manifest = dra_nodes.resource_slice(node, uid, gpus)
+    for device in manifest["spec"]["devices"]:
+        shares = device["capacity"]["shares"]
+        shares["value"] = str(config.slices_per_gpu)
+        shares["requestPolicy"]["validRange"]["max"] = str(config.slices_per_gpu)
+    return manifest
+
+
+def create_cluster_nodes(
+    api: kubernetes.client.ApiClient,
+    configuration: Configuration,
+    nodes: Sequence[TraceNode],
+    pools: Sequence[int | None],
+) -> None:
+    core = kubernetes.client.CoreV1Api(api)
+    resource = kubernetes.client.ResourceV1Api(api)
+    if configuration.claims:
+        dra_nodes.ensure_device_class(api)
+
+    def create(item: tuple[TraceNode, int | None]) -> None:
+        trace, sharing = item
+        created = core.create_node(_node(configuration, trace, sharing))
+        if configuration.claims:
+            body = _slice(configuration.config, trace.name, created.metadata.uid, trace.gpus)
+            resource.create_resource_slice(body)
+
+    with ThreadPoolExecutor(_CREATORS) as pool:
+        list(pool.map(create, zip(nodes, pools, strict=True)))
+    key, value = KWOK_NODE_LABEL
+
+    def ready() -> bool:
+        listed = core.list_node(label_selector=f"{key}={value}").items
+        return len(listed) == len(nodes) and all(
+            not node.spec.taints
+            and any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            for node in listed
+        )
+
+    wait_until(ready, timeout=_READY_TIMEOUT, what="the trace's nodes to be Ready", interval=1.0)
+
+
+def apply_claim_templates(
+    api: kubernetes.client.ApiClient, configuration: Configuration, tasks: Sequence[TraceTask]
+) -> None:
+    """The templates `castslice claim-templates --slices ...` renders for the counts used."""
+    config = configuration.config
+    templates = backend_for(config).claim_templates()
+    assert templates is not None
+    asked = {slice_ratio(config, task) for task in tasks if opts_in(configuration, task)}
+    counts = templates.chosen_counts(asked)
+    resource = kubernetes.client.ResourceV1Api(api)
+    for manifest in templates.manifests([NAMESPACE], counts):
+        resource.create_namespaced_resource_claim_template(NAMESPACE, manifest)
+
+
+def decided(pod: Any) -> bool:
+    if pod.spec.node_name:
+        return True
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in pod.status.conditions or []
+    )
+
+
+def settle(core: kubernetes.client.CoreV1Api, expected: int) -> list[Any]:
+    """Every Pod once the scheduler has tried each: bound, or found unschedulable."""
+    seen: list[Any] = []
+
+    def all_decided() -> bool:
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector="trace=openb").items
+        seen[:] = pods
+        return len(pods) == expected and all(decided(pod) for pod in pods)
+
+    wait_until(all_decided, timeout=_SETTLE_TIMEOUT, what="the scheduler to settle", interval=1.0)
+    return seen
+
+
+def replay(
+    configuration: Configuration,
+    profile: str,
+    seed: int,
+    every: int,
+    nodes: Sequence[TraceNode],
+    tasks: Sequence[TraceTask],
+    binaries: KubeBinaries,
+    nginx: Path,
+    log: Callable[[str], None] = print,
+) -> Result:
+    gpus = sum(node.gpus for node in nodes)
+    result = Result(
+        configuration.name, profile, seed, every, len(nodes), gpus, len(tasks),
+        settings=configuration.settings,
+    )  # fmt: skip
+    started = time.monotonic()
+    pools = node_pools(configuration, nodes, tasks)
+    demand = {f"task-{i:05d}": task.demand for i, task in enumerate(tasks)}
+    with (
+        LocalControlPlane(binaries, scheduler_config=PROFILES[profile]) as plane,
+        CastSliceServer(nginx, configuration.settings) as server,
+    ):
+        api = plane.api_client()
+        register_and_wait(api, server)
+        create_namespace(api, NAMESPACE)
+        create_cluster_nodes(api, configuration, nodes, pools)
+        if configuration.claims:
+            apply_claim_templates(api, configuration, tasks)
+        core = kubernetes.client.CoreV1Api(api)
+        log(f"  {len(nodes)} nodes ready after {time.monotonic() - started:.0f} s")
+        arrived, submitted = Fraction(0), 0
+        manifests = [pod_manifest(configuration, i, task) for i, task in enumerate(tasks)]
+        with ThreadPoolExecutor(_CREATORS) as creators:
+            for checkpoint in CHECKPOINTS:
+                batch = []
+                while (
+                    submitted < len(tasks)
+                    and arrived + tasks[submitted].demand <= checkpoint * gpus
+                ):
+                    arrived += tasks[submitted].demand
+                    batch.append(manifests[submitted])
+                    submitted += 1
+                if checkpoint == CHECKPOINTS[-1]:
+                    batch += manifests[submitted:]
+                    arrived += sum((task.demand for task in tasks[submitted:]), Fraction(0))
+                    submitted = len(tasks)
+                list(creators.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), batch))
+                pods = settle(core, submitted)
+                placed = sum(
+                    (demand[pod.metadata.name] for pod in pods if pod.spec.node_name), Fraction(0)
+                )
+                pending = sum(1 for pod in pods if not pod.spec.node_name)
+                point = (float(arrived / gpus), float(placed / gpus), pending)
+                result.curve.append(point)
+                log(
+                    f"  arrived {point[0]:6.1%}  allocated {point[1]:6.1%}  pending {pending}"
+                    f"  ({time.monotonic() - started:.0f} s)"
+                )
+        if not pods:
+            raise HarnessError("no Pod was created")
+    result.seconds = time.monotonic() - started
+    return result

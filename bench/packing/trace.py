@@ -1,0 +1,106 @@
+"""The openb trace: its GPU nodes, its tasks, and the workloads a replay submits.
+
+The workload follows the FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator,
+`TunePodsByNodeTotalResource`, run with `-tune 1.3` and seeds 42-51): the task list in
+arrival order is pruned by removing tasks at random (or extended by appending random
+copies) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. Its
+random numbers are Go's; here they are Python's `random.Random(seed)`, the same method
+with other draws.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+NODES_CSV = DATA / "openb_node_list_gpu_node.csv"
+TASKS_CSV = DATA / "openb_pod_list_default.csv"
+ARRIVAL = Fraction(13, 10)
+MILLI = 1000
+
+
+@dataclass(frozen=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True)
+class TraceTask:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    # Allowed GPU models; empty: any.
+    gpu_spec: tuple[str, ...]
+
+    @property
+    def demand(self) -> Fraction:
+        """GPUs asked for, as the paper counts them: num_gpu x gpu_milli / 1000."""
+        return Fraction(self.num_gpu * self.gpu_milli, MILLI)
+
+    @property
+    def fractional(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+
+def read_nodes(path: Path = NODES_CSV) -> list[TraceNode]:
+    with path.open(newline="") as file:
+        return [
+            TraceNode(
+                row["sn"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["gpu"]),
+                row["model"],
+            )
+            for row in csv.DictReader(file)
+        ]
+
+
+def read_tasks(path: Path = TASKS_CSV) -> list[TraceTask]:
+    with path.open(newline="") as file:
+        return [
+            TraceTask(
+                row["name"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["num_gpu"]),
+                int(row["gpu_milli"]),
+                tuple(spec for spec in (row.get("gpu_spec") or "").split("|") if spec),
+            )
+            for row in csv.DictReader(file)
+        ]
+
+
+def sample_nodes(nodes: list[TraceNode], every: int) -> list[TraceNode]:
+    """One node in `every`, in the file's order (which groups nodes by model): the sample
+    keeps the trace's mix of models and sizes."""
+    return nodes[::every]
+
+
+def workload(tasks: list[TraceTask], gpus: int, seed: int) -> list[TraceTask]:
+    """Tasks in arrival order whose GPU demand is ARRIVAL x `gpus`, as the simulator tunes it."""
+    draw = random.Random(seed)
+    target = ARRIVAL * gpus
+    chosen = list(tasks)
+    total = sum((task.demand for task in chosen), Fraction(0))
+    if total > target:
+        while total > target:
+            total -= chosen.pop(draw.randrange(len(chosen))).demand
+        return chosen
+    while True:
+        task = tasks[draw.randrange(len(tasks))]
+        if total + task.demand > target:
+            break
+        chosen.append(task)
+        total += task.demand
+    return chosen
