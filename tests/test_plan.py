@@ -140,6 +140,11 @@ def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     # 3078 fractional tasks: 2101 GPUs at S=4 as the issue counted, 4355 for whole-GPU tasks.
     assert result.today.gpus == 2101 + 4355
     assert result.best.gpus == result.ideal == 6087
+    # resource at S=100 needs as many GPUs, but splits the nodes into shared and plain ones.
+    assert result.per_backend["resource"].gpus == 6087
+    assert len(result.per_backend["resource"].pools) == 2
+    assert result.best.name == "dra S=100"
+    assert [pool.label for pool in result.best.pools] == ["shares of 100 and whole GPUs"]
 
 
 def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

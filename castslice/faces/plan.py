@@ -188,22 +188,38 @@ def tasks_from_pod(pod: Mapping[str, Any], config: Config) -> list[Task]:
     return [Task(Fraction(asked), False, name)]
 
 
+NodeKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass
+class _Group:
+    """Tasks that land on the same kind of node: their shares, whole GPUs and degree."""
+
+    shares: Fraction = Fraction(0)
+    whole: int = 0
+    tasks: int = 0
+    has_shares: bool = False
+    degree: int | None = None
+
+
 def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
     """GPUs `config` needs for `tasks`: each opted-in share rounded up to slices and placed by
-    the backend, each group of alike placements packed onto whole GPUs of its own."""
+    the backend; Pods that ask for the same resource with the same node labels share a
+    group of nodes, whose shares pack onto whole GPUs beside its whole-GPU Pods. Whole GPUs
+    go where a Pod left alone goes (the GPU resource, no labels)."""
     backend = backend_for(config)
     per_gpu = config.slices_per_gpu
     pools = pooled(config)
-    shared: dict[tuple[str, tuple[tuple[str, str], ...]], list[Fraction]] = {}
-    degrees: dict[tuple[str, tuple[tuple[str, str], ...]], int | None] = {}
-    whole_gpus, whole_tasks, rounded, rounded_by = 0, 0, 0, Fraction(0)
-    multi_gpu, finer = 0, 0
+    whole_key: NodeKey = (config.gpu_resource, ())
+    groups: dict[NodeKey, _Group] = {}
+    rounded, rounded_by, multi_gpu, finer = 0, Fraction(0), 0, 0
     placements: dict[int, Placement] = {}
     for task in tasks:
         if not task.opted_in:
             if task.gpus:
-                whole_gpus += math.ceil(task.gpus)
-                whole_tasks += 1
+                group = groups.setdefault(whole_key, _Group())
+                group.whole += math.ceil(task.gpus)
+                group.tasks += 1
             continue
         slices = max(1, math.ceil(task.gpus * per_gpu))
         if slices not in placements:
@@ -218,20 +234,17 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
             if pools and given < 1 and task.gpus < Fraction(1, max(config.sharing_degrees)):
                 finer += 1
         if given.denominator == 1:
-            whole_gpus += int(given)
-            whole_tasks += 1
-            continue
-        key = (placement.resource, tuple(sorted(placement.node_selector.items())))
-        shared.setdefault(key, []).append(given)
-        degrees[key] = sharing_degree(config, slices) if pools else None
-    found = []
-    for key, shares in shared.items():
-        degree = degrees[key]
-        label = f"{degree} per GPU" if degree else f"shares of {per_gpu}"
-        found.append(Pool(label, math.ceil(sum(shares, Fraction(0))), len(shares), degree))
-    found.sort(key=lambda pool: pool.degree or 0)
-    if whole_tasks:
-        found.append(Pool("whole GPUs", whole_gpus, whole_tasks))
+            group = groups.setdefault(whole_key, _Group())
+            group.whole += int(given)
+        else:
+            key = (placement.resource, tuple(sorted(placement.node_selector.items())))
+            group = groups.setdefault(key, _Group())
+            group.shares += given
+            group.has_shares = True
+            group.degree = sharing_degree(config, slices) if pools else None
+        group.tasks += 1
+    found = [_pool(group, per_gpu) for group in groups.values()]
+    found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
     warnings = []
     if multi_gpu:
         warnings.append(
@@ -247,6 +260,19 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
     return Estimate(
         name, settings_of(config), total, tuple(found), rounded, rounded_by, tuple(warnings)
     )
+
+
+def _pool(group: _Group, per_gpu: int) -> Pool:
+    if group.degree:
+        label = f"{group.degree} per GPU"
+    elif not group.has_shares:
+        label = "whole GPUs"
+    elif group.whole:
+        label = f"shares of {per_gpu} and whole GPUs"
+    else:
+        label = f"shares of {per_gpu}"
+    gpus = math.ceil(group.shares) + group.whole
+    return Pool(label, gpus, group.tasks, group.degree)
 
 
 def no_sharing(tasks: Sequence[Task]) -> Estimate:
@@ -339,9 +365,10 @@ def _per_backend(estimates: Sequence[Estimate]) -> dict[str, Estimate]:
 
 
 def _coarseness(item: Estimate) -> tuple[int, int, int]:
-    """Fewer pools, then fewer slices per GPU, then smaller degrees: less to run."""
+    """Fewer groups of nodes (each node serves one, so each is a split of the cluster a
+    scheduler cannot pack across), then fewer slices per GPU, then smaller degrees."""
     degrees = item.settings.get("sharingDegrees") or []
-    return (len(degrees), item.settings["slicesPerGpu"], sum(degrees))
+    return (len(item.pools), item.settings["slicesPerGpu"], sum(degrees))
 
 
 def _shown(item: Estimate, chosen: Mapping[str, Estimate]) -> bool:

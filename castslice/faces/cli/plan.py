@@ -68,7 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
     parser.add_argument(
-        "-n", "--namespace", help="namespace of manifests that name none (default: default)"
+        "-n",
+        "--namespace",
+        help="manifests: the namespace of those that name none (default: default); "
+        "a cluster: only its Pods in this namespace (default: every namespace)",
     )
     parser.add_argument(
         "-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format"
@@ -112,7 +115,7 @@ def _tasks(args: argparse.Namespace, config: Config) -> list[Task]:
         return tasks_from_trace(text, args.trace)
     if args.filename is not None:
         return _manifest_tasks(args.filename, args.namespace, config)
-    return _cluster_tasks(args.kubeconfig or None, args.context, config)
+    return _cluster_tasks(args.kubeconfig or None, args.context, args.namespace, config)
 
 
 def _manifest_tasks(paths: Sequence[str], namespace: str | None, config: Config) -> list[Task]:
@@ -145,7 +148,9 @@ def _replicas(workload: dict[str, Any]) -> int:
     return 1
 
 
-def _cluster_tasks(kubeconfig: str | None, context: str | None, config: Config) -> list[Task]:
+def _cluster_tasks(
+    kubeconfig: str | None, context: str | None, namespace: str | None, config: Config
+) -> list[Task]:
     # Imported here: only this source needs the Kubernetes client.
     from castslice.faces.cli.doctor import connect
 
@@ -154,7 +159,9 @@ def _cluster_tasks(kubeconfig: str | None, context: str | None, config: Config) 
         cluster = Cluster(api)
         pods = [
             pod
-            for pod in cluster.list("/api/v1/pods")
+            for pod in cluster.list(
+                f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+            )
             if (pod.get("status") or {}).get("phase") not in _FINISHED
         ]
     except Unreachable as error:

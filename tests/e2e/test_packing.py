@@ -1,0 +1,102 @@
+"""Packing on the real scheduler: `castslice plan` from a live cluster's Pods, and the
+bin-packing scheduler profile CastSlice ships, run by kube-scheduler itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes.client
+import pytest
+
+from . import tools
+from .cluster import LocalControlPlane
+from .nodes import SEED_SHARED, Pool, gpu_nodes
+from .pods import container, create_namespace, create_pod, gpu_container, opted_in, pod, settle
+from .tools import REPO_ROOT
+
+BIN_PACKING = REPO_ROOT / "infra" / "scheduler" / "bin-packing.yaml"
+
+
+def plan(kubeconfig: Path, namespace: str) -> dict:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("CASTSLICE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "castslice", "plan", "--kubeconfig", str(kubeconfig),
+         "-n", namespace, "-o", "json"],
+        capture_output=True, text=True, env=environ, cwd=REPO_ROOT, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_plan_counts_the_pods_castslice_rewrote_and_those_it_left_alone(
+    api: kubernetes.client.ApiClient, control_plane: LocalControlPlane, namespace: str
+) -> None:
+    # The session's CastSlice (resource, 4 slices per GPU) rewrites the four opted-in Pods
+    # to 2 slices each: half a GPU; the trainer keeps its 2 GPUs.
+    for index in range(4):
+        create_pod(
+            api,
+            namespace,
+            pod(f"half-{index}", [gpu_container()], annotations=opted_in(slice_ratio="2")),
+        )
+    create_pod(api, namespace, pod("trainer", [gpu_container(gpus="2")]))
+    create_pod(api, namespace, pod("web", [container("web")]))
+    result = plan(control_plane.kubeconfig, namespace)
+    assert (result["tasks"], result["optedIn"]) == (6, 4)
+    assert result["today"]["gpus"] == 2 + 2
+    assert result["noSharing"]["gpus"] == 4 + 2
+    assert result["perfectPacking"] == 4
+    assert result["today"]["podsRoundedUp"] == 0
+
+
+def _placements(api: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> list[str]:
+    """Create two Pods of one slice each, one after the other; the node each lands on."""
+    nodes = []
+    for index in range(2):
+        body = pod(
+            f"slice-{index}",
+            [container("app", requests={"cpu": "1"}, limits={SEED_SHARED: "1"})],
+        )
+        body["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": names}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        create_pod(api, namespace, body)
+        up, _ = settle(api, namespace, runs=index + 1, waits=0)
+        (stored,) = [item for item in up if item["metadata"]["name"] == f"slice-{index}"]
+        nodes.append(stored["spec"]["nodeName"])
+    return nodes
+
+
+def test_the_default_profile_spreads_two_slices_over_two_nodes(
+    api: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    with gpu_nodes(api, "resource", [Pool("shared-4", 4, nodes=2)], namespace) as made:
+        first, second = _placements(api, namespace, [node.name for node in made])
+    assert first != second
+
+
+@pytest.mark.parametrize("profile", [BIN_PACKING])
+def test_the_bin_packing_profile_puts_the_second_slice_beside_the_first(
+    nginx: Path, profile: Path
+) -> None:
+    binaries = tools.kube_binaries()
+    with LocalControlPlane(binaries, scheduler_config=profile) as plane:
+        api = plane.api_client()
+        namespace = create_namespace(api, "packing")
+        with gpu_nodes(api, "resource", [Pool("shared-4", 4, nodes=2)], namespace) as made:
+            first, second = _placements(api, namespace, [node.name for node in made])
+    assert first == second
