@@ -100,3 +100,26 @@ def test_the_bin_packing_profile_puts_the_second_slice_beside_the_first(
         with gpu_nodes(api, "resource", [Pool("shared-4", 4, nodes=2)], namespace) as made:
             first, second = _placements(api, namespace, [node.name for node in made])
     assert first == second
+
+
+@pytest.mark.kubernetes("1.36")
+def test_a_small_replay_of_the_trace_places_more_gpu_work_with_sharing_than_without(
+    nginx: Path,
+) -> None:
+    from bench.packing.__main__ import configurations
+    from bench.packing.replay import replay
+    from bench.packing.trace import read_nodes, read_tasks, sample_nodes, workload
+
+    nodes = sample_nodes(read_nodes(), 150)
+    tasks = workload(read_tasks(), sum(node.gpus for node in nodes), seed=42)
+    chosen = {item.name: item for item in configurations()}
+    binaries = tools.kube_binaries()
+    ratios = {}
+    for name in ("no sharing", "dra-4"):
+        result = replay(chosen[name], "default", 42, 150, nodes, tasks, binaries, nginx, log=print)
+        arrived = [point[0] for point in result.curve]
+        allocated = [point[1] for point in result.curve]
+        assert arrived == sorted(arrived) and arrived[-1] == pytest.approx(1.3, abs=0.05)
+        assert all(placed <= came + 1e-9 for came, placed in zip(arrived, allocated, strict=True))
+        ratios[name] = allocated[-1]
+    assert ratios["dra-4"] > ratios["no sharing"]
