@@ -59,15 +59,22 @@ def configurations() -> list[Configuration]:
 
 
 def run(args: argparse.Namespace) -> int:
-    chosen = [c for c in configurations() if not args.only or c.name in args.only.split(",")]
-    if not chosen:
-        print(f"--only {args.only}: no such configuration", file=sys.stderr)
+    known = {configuration.name: configuration for configuration in configurations()}
+    names = args.only.split(",") if args.only else list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        print(
+            f"--only: no configuration {', '.join(unknown)}; known: {', '.join(known)}",
+            file=sys.stderr,
+        )
         return 2
+    chosen = [known[name] for name in names]
     profiles = args.profiles.split(",")
     nginx, binaries = tools.nginx(), tools.kube_binaries()
     nodes = sample_nodes(read_nodes(), args.every)
     tasks = read_tasks()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
     for seed in map(int, args.seeds.split(",")):
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed)
         for profile in profiles:
@@ -82,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                     log=lambda line: print(line, flush=True),
                 )  # fmt: skip
                 record = {**asdict(result), "started": began, "load": report.load()}
-                with RESULTS.open("a") as file:
+                with results.open("a") as file:
                     file.write(json.dumps(record) + "\n")
     return 0
 
@@ -94,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--every", type=int, default=5, help="one trace node in N (1: all)")
     runner.add_argument("--seeds", default="42,43,44", help="workload seeds, comma-separated")
     runner.add_argument("--profiles", default=",".join(PROFILES), help="scheduler profiles")
-    runner.add_argument("--only", help="configuration names, comma-separated")
+    runner.add_argument("--only", help="configuration names, comma-separated, in this order")
+    runner.add_argument("--results", default=str(RESULTS), help="the JSON lines file to append to")
     commands.add_parser("report", help="write docs/performance.md's packing section and plots")
     args = parser.parse_args(argv)
     if args.command == "run":
