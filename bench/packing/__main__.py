@@ -44,9 +44,8 @@ def configurations() -> list[Configuration]:
         Configuration("resource-8", {**resource, "CASTSLICE_SLICES_PER_GPU": "8"}),
         Configuration("resource-100", {**resource, "CASTSLICE_SLICES_PER_GPU": "100"}),
         Configuration("nvidia-4", {"CASTSLICE_BACKEND": "nvidia"}),
-        Configuration(
-            f"nvidia-plan ({nvidia_plan.get('CASTSLICE_SHARING_DEGREES', '')})", nvidia_plan
-        ),
+        # The degrees and the share of nodes per degree `castslice plan` recommends.
+        Configuration("nvidia-plan", nvidia_plan),
         Configuration("dra-4", {"CASTSLICE_BACKEND": "dra"}),
         Configuration("dra-8", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "8"}),
         Configuration("dra-100", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100"}),
