@@ -1,0 +1,79 @@
+"""The packing benchmark's workload and cluster shape, before any cluster runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+
+from bench.packing.__main__ import configurations
+from bench.packing.replay import node_pools, plan_tasks, pod_manifest
+from bench.packing.trace import ARRIVAL, read_nodes, read_tasks, sample_nodes, workload
+from castslice.faces.plan import estimate
+
+NODES = read_nodes()
+TASKS = read_tasks()
+CONFIGURATIONS = {item.name: item for item in configurations()}
+
+
+def test_the_trace_is_the_paper_s() -> None:
+    assert (len(NODES), sum(node.gpus for node in NODES)) == (1213, 6212)
+    assert len(TASKS) == 8152
+    assert sum(task.fractional for task in TASKS) == 3078
+
+
+def test_a_sampled_cluster_gets_tasks_in_arrival_order_up_to_130_percent() -> None:
+    gpus = sum(node.gpus for node in sample_nodes(NODES, 5))
+    chosen = workload(TASKS, gpus, seed=42)
+    demand = sum((task.demand for task in chosen), Fraction(0))
+    assert demand <= ARRIVAL * gpus < demand + max(task.demand for task in TASKS)
+    # Pruned, never reordered: a subsequence of the trace.
+    positions = [TASKS.index(task) for task in chosen[:200]]
+    assert positions == sorted(positions)
+    assert workload(TASKS, gpus, seed=43) != chosen
+
+
+def test_the_whole_cluster_gets_the_whole_trace_then_random_copies() -> None:
+    chosen = workload(TASKS, 6212, seed=42)
+    assert chosen[: len(TASKS)] == TASKS
+    assert sum((task.demand for task in chosen), Fraction(0)) <= ARRIVAL * 6212
+
+
+def test_fractional_tasks_opt_in_with_the_slices_they_round_up_to() -> None:
+    fractional = next(task for task in TASKS if task.gpu_milli == 460)
+    whole = next(task for task in TASKS if task.num_gpu == 8)
+    cpu = next(task for task in TASKS if task.num_gpu == 0)
+    annotations = pod_manifest(CONFIGURATIONS["resource-8"], 0, fractional)["metadata"][
+        "annotations"
+    ]
+    assert annotations == {"castops.io/optimize": "true", "castops.io/slice-ratio": "4"}
+    for name in ("no sharing", "resource-8", "nvidia-4"):
+        assert "annotations" not in pod_manifest(CONFIGURATIONS[name], 0, whole)["metadata"]
+    # DRA nodes offer GPUs only as devices: a whole-GPU task claims whole devices.
+    dra = pod_manifest(CONFIGURATIONS["dra-100"], 0, whole)["metadata"]["annotations"]
+    assert dra["castops.io/slice-ratio"] == "800"
+    assert (
+        "limits"
+        not in pod_manifest(CONFIGURATIONS["dra-4"], 0, cpu)["spec"]["containers"][0]["resources"]
+    )
+
+
+@pytest.mark.parametrize("name", ["resource-4", "nvidia-plan"])
+def test_sharing_nodes_take_the_share_of_gpus_the_plan_gives_their_pool(name: str) -> None:
+    nodes = sample_nodes(NODES, 5)
+    tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42)
+    pools = node_pools(CONFIGURATIONS[name], nodes, tasks)
+    gpus = Counter()
+    for node, pool in zip(nodes, pools, strict=True):
+        gpus[pool] += node.gpus
+    configuration = CONFIGURATIONS[name]
+    planned = estimate(configuration.config, plan_tasks(configuration, tasks), name).pools
+    cluster = sum(node.gpus for node in nodes)
+    total = sum(pool.gpus for pool in planned)
+    widest = max(node.gpus for node in nodes)
+    assert len(gpus) == len(planned) >= 2
+    for pool in planned:
+        key = pool.degree or (None if pool.label == "whole GPUs" else 4)
+        # Nodes are whole: each pool is within one node's GPUs of its share.
+        assert abs(gpus[key] - pool.gpus / total * cluster) <= widest
