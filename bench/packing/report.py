@@ -52,7 +52,10 @@ def _at(record: dict[str, Any], arrival: float) -> tuple[float, int]:
 def groups(records: Sequence[dict[str, Any]]) -> dict[tuple[int, str, str], list[dict[str, Any]]]:
     found: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
     for record in records:
-        found[(record["every"], record["profile"], record["configuration"])].append(record)
+        key = (record["every"], record["profile"], record["configuration"])
+        # A seed replayed twice counts once: the first replay.
+        if all(other["seed"] != record["seed"] for other in found[key]):
+            found[key].append(record)
     return found
 
 
@@ -126,11 +129,14 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
         f'<line x1="{x(y_min):.1f}" y1="{y(y_min):.1f}" x2="{x(1):.1f}" y2="{y(1):.1f}" '
         'stroke="#bbb" stroke-dasharray="2 2"/>'
     )
-    for name, value in ANCHORS.items():
+    label_y = float("inf")
+    for name, value in sorted(ANCHORS.items(), key=lambda item: item[1]):
+        # Labels at least a line apart, the highest anchor's where its line is.
+        label_y = min(y(value) + 4, label_y - 11)
         parts.append(
-            f'<line x1="{x(1.2):.1f}" y1="{y(value):.1f}" x2="{x(1.3):.1f}" y2="{y(value):.1f}" '
+            f'<line x1="{x(1.15):.1f}" y1="{y(value):.1f}" x2="{x(1.3):.1f}" y2="{y(value):.1f}" '
             'stroke="#999" stroke-dasharray="5 3"/>'
-            f'<text x="{x(1.2) - 4:.1f}" y="{y(value) + 4:.1f}" text-anchor="end" fill="#777" '
+            f'<text x="{x(1.15) - 4:.1f}" y="{label_y:.1f}" text-anchor="end" fill="#777" '
             f'font-size="10">{name} {value:.1%}</text>'
         )
     chosen = {
