@@ -131,7 +131,7 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
     )
     label_y = float("inf")
     for name, value in sorted(ANCHORS.items(), key=lambda item: item[1]):
-        # Labels at least a line apart, the highest anchor's where its line is.
+        # Labels at least a line apart, upwards from the lowest anchor's line.
         label_y = min(y(value) + 4, label_y - 11)
         parts.append(
             f'<line x1="{x(1.15):.1f}" y1="{y(value):.1f}" x2="{x(1.3):.1f}" y2="{y(value):.1f}" '
