@@ -194,10 +194,11 @@ class Backend:
         """How many units of `quota_resource` one GPU is worth."""
         return self.config.slices_per_gpu
 
-    def policy_arithmetic(self) -> str:
-        """How policy mode computes a placement from `variables.slices`: "slice-count" (the
-        count is the quantity) or "sharing-pools" (the degree `sharing_degree` chooses)."""
-        return "sharing-pools"
+    def sharing_pools(self) -> Mapping[int, Placement] | None:
+        """The placement of a fractional share on each sharing pool the settings offer, by
+        clients per GPU; None when a Pod's slice count is itself what it asks for (policy
+        mode then renders the count, not the choice of a pool)."""
+        return None
 
 
 def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
@@ -231,3 +232,13 @@ class SharingPoolBackend(Backend):
 
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
+
+    def sharing_pools(self) -> Mapping[int, Placement]:
+        # s = S // d reaches every degree d the backend can ever choose (d <= S).
+        per_gpu = self.config.slices_per_gpu
+        degrees = {
+            sharing_degree(self.config, per_gpu // offered)
+            for offered in self.config.sharing_degrees
+            if offered <= per_gpu
+        }
+        return {degree: self.shared(degree) for degree in degrees if degree is not None}
