@@ -502,7 +502,7 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
     admission = Admission(load_config({}))
     request = workload_review(loaded(PYTORCHJOB))["request"]
 
-    check = workloads.check_workload(request, admission.review, GPU)
+    check = workloads.check_workload(request, admission.pods, GPU)
 
     assert check.warnings == [
         f"{replica}: the PyTorchJob operator does not copy template annotations onto its Pods; "
