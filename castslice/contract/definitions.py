@@ -191,8 +191,8 @@ WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
         ),
         annotations_belong="spec.runtimePatches[]...template.metadata",
         outside_templates=(
-            "GPUs in spec.trainer go to the runtime's Pods; opted in, they are sliced at "
-            "admission, cannot preview"
+            "GPUs in spec.trainer go to the runtime's Pods; opted in there or in runtimePatches, "
+            "they are sliced at admission"
         ),
     ),
     # KubeRay.

@@ -192,10 +192,12 @@ class KServeComponent(TemplateShape):
                     node["containers"] = containers
             elif before_spec.get(key) != value:
                 node[key] = value
+        # Only what CastSlice wrote: the resource's own annotations stay where they are.
+        had = (before.get("metadata") or {}).get("annotations") or {}
         added = {
             key: value
             for key, value in ((after.get("metadata") or {}).get("annotations") or {}).items()
-            if (node.get("annotations") or {}).get(key) != value
+            if had.get(key) != value
         }
         if added:
             node["annotations"] = {**(node.get("annotations") or {}), **added}

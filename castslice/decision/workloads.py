@@ -114,7 +114,13 @@ def check_workload(
     workload: Mapping[str, Any] = request.get("object") or {}
     found = read_templates(kind, workload)
     warnings = _misplaced(workload, kind, found)
-    if kind.outside_templates and _asks_outside_templates(workload, found, gpu_resource):
+    # Unless a template opts in Pods whose containers come from elsewhere: those are the ones.
+    opts_in_unseen = any(t.unseen and is_opted_in(t.annotations) for t in found)
+    if (
+        kind.outside_templates
+        and not opts_in_unseen
+        and _asks_outside_templates(workload, found, gpu_resource)
+    ):
         warnings.append(kind.outside_templates)
     chosen: Outcome | None = None
     for template in found:
