@@ -16,12 +16,13 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from castslice.contract.definitions import TemplateLocation
+from castslice.contract.definitions import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 from castslice.contract.paths import PathError, parse
 from castslice.contract.shapes import KSERVE_PREDICTOR_IMPLEMENTATIONS
 from castslice.decision.selection import sends_pod
@@ -480,3 +481,70 @@ def test_a_template_path_outside_the_grammar_is_refused_when_the_table_is_built(
     assert repr(path) in str(raised.value)
     with pytest.raises(PathError):
         parse(path)
+
+
+# docs/operators.md's table of shapes: each row's kinds are the table's, and each cell of what
+# the preview says is what it says of that shape's sample on those backends.
+
+OPERATORS_DOC = Path(__file__).resolve().parent.parent / "docs" / "operators.md"
+SHAPES_HEADER = "| shape | kinds |"
+BACKEND_COLUMNS = {3: ("resource", "gke", "nvidia"), 4: ("dra",)}
+
+
+def _shape_sample(shape_name: str) -> dict[str, Any]:
+    if shape_name == "Argo step":
+        workflow = yaml.safe_load(ARGO_SIDECAR)
+        _gpu(workflow["spec"]["templates"][0]["container"])
+        return workflow
+    samples = {
+        "Pod template": RAYCLUSTER,
+        "KServe component": KSERVE_TENSORFLOW_GPU,
+        "Pod metadata patch": TRAINJOB_RUNTIME_PATCHES,
+    }
+    return yaml.safe_load(samples[shape_name])
+
+
+def _shapes_table() -> list[list[str]]:
+    lines = OPERATORS_DOC.read_text().splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith(SHAPES_HEADER))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _kind_names(kinds: tuple[WorkloadKind, ...]) -> set[str]:
+    # As the docs tell two kinds of one name apart: by the operator.
+    others = {"batch.volcano.sh": "Volcano", "serving.knative.dev": "Knative"}
+    return {
+        f"{kind.kind} ({others[kind.group]})" if kind.group in others else kind.kind
+        for kind in kinds
+    }
+
+
+def test_the_docs_table_of_shapes_names_every_shape_and_its_kinds() -> None:
+    rows = _shapes_table()
+    by_shape: dict[str, set[str]] = {}
+    for kind in WORKLOAD_KINDS:
+        for location in kind.templates:
+            by_shape.setdefault(location.shape.name, set()).update(_kind_names((kind,)))
+    assert {row[0]: set(row[1].split(", ")) for row in rows} == by_shape
+
+
+@pytest.mark.parametrize("row", _shapes_table(), ids=lambda row: row[0])
+def test_the_docs_table_of_shapes_says_what_preview_says(
+    preview: Callable[..., Ran], row: list[str]
+) -> None:
+    sample = _shape_sample(row[0])
+    for column, backends in BACKEND_COLUMNS.items():
+        for backend in backends:
+            ran = preview(sample, CASTSLICE_BACKEND=backend)
+            if after_of(ran) != sample:
+                said = "rewritten in place"
+            elif any(CANNOT_PREVIEW in line for line in notes(ran)):
+                said = CANNOT_PREVIEW
+            else:
+                said = "left unchanged"
+            assert row[column] == said, (row[0], backend, ran.err)
