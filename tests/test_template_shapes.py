@@ -30,6 +30,7 @@ from castslice.faces import cli
 from castslice.faces.environment import load_config
 from castslice.faces.registration import POD_WEBHOOK
 from tests.test_cli_preview import Ran
+from tests.test_operator_kinds import RAYCLUSTER
 from tests.test_selection import OWN, registration
 
 GPU = "nvidia.com/gpu"
@@ -401,42 +402,18 @@ def test_an_annotation_on_a_trainjob_is_sent_to_the_patches_that_reach_the_pods(
     ]
 
 
-# KubeRay: ray-operator/config/samples/ray-cluster.sample.yaml, a GPU worker group opted in.
-RAYCLUSTER = """\
-apiVersion: ray.io/v1
-kind: RayCluster
-metadata:
-  name: raycluster-kuberay
-spec:
-  rayVersion: '2.46.0'
-  headGroupSpec:
-    rayStartParams: {}
-    template:
-      spec:
-        containers:
-          - name: ray-head
-            image: rayproject/ray:2.46.0
-  workerGroupSpecs:
-    - replicas: 1
-      groupName: gpu-group
-      rayStartParams: {}
-      template:
-        metadata:
-          annotations:
-            castops.io/optimize: "true"
-        spec:
-          containers:
-            - name: ray-worker
-              image: rayproject/ray:2.46.0-gpu
-              resources:
-                limits: {nvidia.com/gpu: 1}
-"""
+def _ray_cluster() -> dict[str, Any]:
+    """KubeRay's sample with its CPU head left out and its GPU worker group opted in."""
+    cluster = yaml.safe_load(RAYCLUSTER)
+    del cluster["metadata"]["annotations"]
+    cluster["spec"]["workerGroupSpecs"] = cluster["spec"]["workerGroupSpecs"][:1]
+    return cluster
 
 
 def test_a_raycluster_whose_workers_are_sliced_is_not_said_to_be_unsent(
     preview: Callable[..., Ran],
 ) -> None:
-    ran = preview(yaml.safe_load(RAYCLUSTER))
+    ran = preview(_ray_cluster())
 
     assert "not sent" not in ran.err
     assert notes(ran) == []
@@ -496,8 +473,9 @@ def _shape_sample(shape_name: str) -> dict[str, Any]:
         workflow = yaml.safe_load(ARGO_SIDECAR)
         _gpu(workflow["spec"]["templates"][0]["container"])
         return workflow
+    if shape_name == "Pod template":
+        return _ray_cluster()
     samples = {
-        "Pod template": RAYCLUSTER,
         "KServe component": KSERVE_TENSORFLOW_GPU,
         "Pod metadata patch": TRAINJOB_RUNTIME_PATCHES,
     }
