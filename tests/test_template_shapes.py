@@ -31,6 +31,7 @@ from castslice.faces.environment import load_config
 from castslice.faces.registration import POD_WEBHOOK
 from tests.test_cli_preview import Ran
 from tests.test_operator_kinds import RAYCLUSTER
+from tests.test_readme_backends import markdown_table
 from tests.test_selection import OWN, registration
 
 GPU = "nvidia.com/gpu"
@@ -483,14 +484,7 @@ def _shape_sample(shape_name: str) -> dict[str, Any]:
 
 
 def _shapes_table() -> list[list[str]]:
-    lines = OPERATORS_DOC.read_text().splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith(SHAPES_HEADER))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return rows
+    return markdown_table(OPERATORS_DOC, SHAPES_HEADER)[1]
 
 
 def _kind_names(kinds: tuple[WorkloadKind, ...]) -> set[str]:
