@@ -124,15 +124,3 @@ def _check_field(path: str, name: str) -> None:
 
 def has_wildcards(segments: tuple[Segment, ...]) -> bool:
     return any(not isinstance(segment, Field) for segment in segments)
-
-
-def shown(segments: tuple[Segment, ...]) -> str:
-    """The path as docs and messages show it: `spec.tasks[].template`."""
-    return ".".join(
-        segment.name
-        if isinstance(segment, Field)
-        else f"{segment.name}.*"
-        if isinstance(segment, EachValue)
-        else f"{segment.name}[]"
-        for segment in segments
-    )
