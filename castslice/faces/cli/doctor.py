@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if any(not result.ok for result in results) else EXIT_OK
 
 
-def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.ApiClient:
+def connect(
+    kubeconfig: str | None, context: str | None, command: str = "doctor"
+) -> kubernetes.client.ApiClient:
     """A client for the kubeconfig (or in-cluster) credentials; CommandError when unusable."""
     configuration = kubernetes.client.Configuration()
     in_cluster = (
@@ -100,7 +102,7 @@ def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.Ap
                 config_file=kubeconfig,
                 context=context,
                 client_configuration=configuration,
-                # Never write refreshed credentials back: doctor changes nothing.
+                # Never write refreshed credentials back: doctor and report change nothing.
                 persist_config=False,
             )
     except (kubernetes.config.ConfigException, OSError, yaml.YAMLError, ValueError) as error:
@@ -113,8 +115,8 @@ def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.Ap
     # One retry rides out a blip; more would only delay the message when the server is down.
     configuration.retries = 1
     api = kubernetes.client.ApiClient(configuration)
-    # So the API server's audit log tells doctor's reads and dry runs apart.
-    api.user_agent = f"castslice-doctor/{__version__}"
+    # So the API server's audit log tells the command's reads and dry runs apart.
+    api.user_agent = f"castslice-{command}/{__version__}"
     return api
 
 
