@@ -9,10 +9,15 @@ scheduler (tests/e2e/test_report.py).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import prometheus_client
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -31,6 +36,7 @@ from castslice.faces.report import (
 from castslice.faces.report.exporter import SavingCollector, metric_names
 from castslice.faces.report.table import NOT_VISIBLE, WIDTH, render
 from tests.factories import container, gpu_container, make_pod, make_review
+from tests.procs import free_port, wait_until
 
 Manifest = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -338,3 +344,91 @@ def test_the_exporter_serves_the_report_s_totals_per_namespace_and_for_the_clust
         ("castslice_cluster_pods_pending", None): 0,
     }
     assert sorted({name for name, _ in samples}) == sorted(metric_names())
+
+
+# --- the command without a usable cluster ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def unreachable_kubeconfig(tmp_path: Path) -> Path:
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {"server": "https://127.0.0.1:1"}
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return kubeconfig
+
+
+def castslice_report(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "-m", "castslice", "report", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_an_unreachable_cluster_exits_2_with_a_message(tmp_path: Path) -> None:
+    run = castslice_report("--kubeconfig", str(unreachable_kubeconfig(tmp_path)), tmp_path=tmp_path)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "castslice report: cannot use the API server at https://127.0.0.1:1: connection refused\n"
+    )
+
+
+def test_a_port_out_of_range_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    run = castslice_report("--serve", "70000", tmp_path=tmp_path)
+    assert run.returncode == 2
+    assert run.stderr == "castslice report: --serve must be a port from 1 to 65535, not 70000\n"
+
+
+def test_the_exporter_says_it_cannot_read_the_cluster_and_serves_up_0(tmp_path: Path) -> None:
+    port = free_port()
+    kubeconfig = unreachable_kubeconfig(tmp_path)
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "castslice", "report", "--kubeconfig", str(kubeconfig),
+         "--serve", str(port)],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+    def scrape() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+                return answer.read().decode()
+        except OSError:
+            return None
+
+    try:
+        text = wait_until(scrape, timeout=30, what="the exporter to answer", interval=0.2)
+    finally:
+        exporter.terminate()
+        _, stderr = exporter.communicate(timeout=30)
+
+    samples = [
+        (sample.name, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+    assert samples == [("castslice_report_up", 0)]
+    assert "castslice report: cannot read the cluster: https://127.0.0.1:1: connection refused" in (
+        stderr
+    )
+    assert "Traceback" not in stderr
