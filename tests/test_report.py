@@ -17,7 +17,6 @@ from typing import Any
 
 import jsonpatch
 import prometheus_client
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -35,7 +34,15 @@ from castslice.faces.report import (
 )
 from castslice.faces.report.exporter import SavingCollector, metric_names
 from castslice.faces.report.table import NOT_VISIBLE, WIDTH, render
-from tests.factories import container, gpu_container, make_pod, make_review
+from tests.factories import (
+    ROOT,
+    container,
+    gpu_container,
+    make_pod,
+    make_review,
+    run_castslice,
+    unreachable_kubeconfig,
+)
 from tests.procs import free_port, wait_until
 
 Manifest = dict[str, Any]
@@ -348,38 +355,9 @@ def test_the_exporter_serves_the_report_s_totals_per_namespace_and_for_the_clust
 
 # --- the command without a usable cluster ------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def unreachable_kubeconfig(tmp_path: Path) -> Path:
-    kubeconfig = tmp_path / "kubeconfig"
-    cluster = {"server": "https://127.0.0.1:1"}
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return kubeconfig
-
 
 def castslice_report(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    return subprocess.run(
-        [sys.executable, "-m", "castslice", "report", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environ,
-        timeout=60,
-        check=False,
-    )
+    return run_castslice("report", *args, home=tmp_path)
 
 
 def test_an_unreachable_cluster_exits_2_with_a_message(tmp_path: Path) -> None:

@@ -112,9 +112,9 @@ def mix(
                     templates = castslice(backend, "claim-templates", "-n", ns, "--slices", "1,2,4")
                     kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
             steps = [
-                (team_b, [stateful_set("trainer", "training", run)], 1),
+                (team_b, [workload("StatefulSet", "trainer", "training", 1, run)], 1),
                 (team_b, [gpu_pod(f"vllm-{i}", "inference", run) for i in range(2)], 3),
-                (namespace, [deployment("notebook", "dev", 4, run)], 4),
+                (namespace, [workload("Deployment", "notebook", "dev", 4, run)], 4),
                 (team_b, [gpu_pod("plain", None, run)], 4),
                 (namespace, [gpu_pod("vllm-late", "inference", run)], 5),
             ]
@@ -173,31 +173,16 @@ def _template(name: str, workload_type: str, run: str) -> Manifest:
     return {"metadata": metadata, "spec": _spec()}
 
 
-def deployment(name: str, workload_type: str, replicas: int, run: str) -> Manifest:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": _template(name, workload_type, run),
-        },
+def workload(kind: str, name: str, workload_type: str, replicas: int, run: str) -> Manifest:
+    """A Deployment or StatefulSet whose Pod template opts in, as users write them."""
+    spec: Manifest = {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": name}},
+        "template": _template(name, workload_type, run),
     }
-
-
-def stateful_set(name: str, workload_type: str, run: str) -> Manifest:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "serviceName": name,
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": _template(name, workload_type, run),
-        },
-    }
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
 # --- What the test counts from the placements, without CastSlice's code ---------------

@@ -28,12 +28,7 @@ _DEFAULT_TIMEOUT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
-    )
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    add_cluster_arguments(parser)
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
@@ -47,6 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="default",
         help="namespace for the dry-run Pods; it must not be excluded (default: default)",
     )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that reads a live cluster: which one, and how patiently."""
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -56,12 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def cluster_from(args: argparse.Namespace, command: str) -> Cluster:
+    """The cluster `add_cluster_arguments`' flags name; CommandError when it is unusable."""
     if not args.timeout > 0:
         raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    return Cluster(connect(args.kubeconfig, args.context, command), timeout=args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    api = connect(args.kubeconfig, args.context)
-    cluster = Cluster(api, timeout=args.timeout)
+    cluster = cluster_from(args, "doctor")
+    api = cluster.api
     try:
         version = _server_version(cluster)
         results = run_checks(cluster, config, args.name, args.namespace)

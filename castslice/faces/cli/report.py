@@ -12,25 +12,19 @@ import json
 import yaml
 
 from castslice.backends import backend_for
-from castslice.contract.cluster import ApiError, Cluster, Unreachable
+from castslice.contract.cluster import ApiError, Unreachable
 from castslice.faces.cli import EXIT_OK, CommandError
-from castslice.faces.cli.doctor import connect
+from castslice.faces.cli.doctor import add_cluster_arguments, cluster_from
 from castslice.faces.cli.settings import config_from
 from castslice.faces.report import Report, read_report, to_document
 from castslice.faces.report.table import render
 
-_DEFAULT_TIMEOUT = 10.0
 # What the report reads; named when the API server refuses one of them.
 _RIGHTS = "list nodes and pods, get replicasets and jobs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
-    )
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    add_cluster_arguments(parser)
     parser.add_argument(
         "-n", "--namespace", metavar="NAME", help="only the Pods of this namespace (default: all)"
     )
@@ -52,23 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address --serve listens on (default: 127.0.0.1; 0.0.0.0 in a Pod)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=_DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"per request to the API server (default: {_DEFAULT_TIMEOUT:g})",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     if args.serve is not None and not 1 <= args.serve <= 65535:
         raise CommandError(f"--serve must be a port from 1 to 65535, not {args.serve}")
     backend = backend_for(config_from(args))
-    api = connect(args.kubeconfig, args.context, "report")
-    cluster = Cluster(api, timeout=args.timeout)
+    cluster = cluster_from(args, "report")
+    api = cluster.api
 
     def read() -> Report:
         return read_report(cluster, backend, args.namespace, args.selector)
