@@ -27,7 +27,7 @@ def lines(report: Report, header: str) -> Iterator[str]:
         return
     for gpu in report.gpus:
         yield ""
-        yield _fit(_gpu_title(gpu), WIDTH)
+        yield from textwrap.wrap(_gpu_title(gpu), WIDTH, subsequent_indent="  ")
         yield "  " + _row("POD", "OWNER", "SLICES", "SHARE")
         for holder in gpu.holders:
             if holder.slices is None:
