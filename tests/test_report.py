@@ -316,7 +316,10 @@ def test_the_table_fits_100_columns_whatever_the_names() -> None:
     text = render(report, "castslice report: https://" + "h" * 120)
 
     assert max(len(line) for line in text.splitlines()) <= WIDTH
-    assert "9 Insufficient" in text
+    # Wrapped, not cut: the GPU's free shares and the scheduler's whole message are there.
+    words = " ".join(text.split())
+    assert "1 GPU, 1 of 4 nvidia.com/gpu-shared free" in words
+    assert waiting["status"]["conditions"][0]["message"].strip() in words
 
 
 def test_the_exporter_serves_the_report_s_totals_per_namespace_and_for_the_cluster() -> None:

@@ -21,13 +21,13 @@ def render(report: Report, header: str) -> str:
 
 
 def lines(report: Report, header: str) -> Iterator[str]:
-    yield from textwrap.wrap(header, WIDTH, subsequent_indent="  ")
+    yield from _wrap(header)
     if not report.gpus and not report.pending:
         yield "no Pod CastSlice rewrote is on a node or waiting for one"
         return
     for gpu in report.gpus:
         yield ""
-        yield from textwrap.wrap(_gpu_title(gpu), WIDTH, subsequent_indent="  ")
+        yield from _wrap(_gpu_title(gpu))
         yield "  " + _row("POD", "OWNER", "SLICES", "SHARE")
         for holder in gpu.holders:
             if holder.slices is None:
@@ -51,10 +51,8 @@ def lines(report: Report, header: str) -> Iterator[str]:
                 yield _savings_row(f"  {owner or 'Pods of their own'}", *_numbers(by_owner))
     if report.unfound:
         yield ""
-        yield from textwrap.wrap(
-            "GPU not found on their node (occupied counted as asked): " + ", ".join(report.unfound),
-            WIDTH,
-            subsequent_indent="  ",
+        yield from _wrap(
+            "GPU not found on their node (occupied counted as asked): " + ", ".join(report.unfound)
         )
     if report.pending:
         yield ""
@@ -62,11 +60,10 @@ def lines(report: Report, header: str) -> Iterator[str]:
         for waiting in report.pending:
             slices = f"{waiting.slices} slice{'s' if waiting.slices != 1 else ''}"
             owner = f"{waiting.owner}, " if waiting.owner else ""
-            yield from textwrap.wrap(
+            yield from _wrap(
                 f"{waiting.namespace}/{waiting.pod} ({owner}{slices}, asked {waiting.asked} "
                 f"GPU{'s' if waiting.asked != 1 else ''}): {waiting.reason}",
-                WIDTH,
-                subsequent_indent="    ",
+                indent="    ",
             )
 
 
@@ -90,6 +87,11 @@ def _row(pod: str, owner: str, slices: str, share: str) -> str:
 
 def _savings_row(label: str, *numbers: str) -> str:
     return f"{_fit(label, _LABEL):<{_LABEL}}" + "".join(f"{n:>{_NUMBER}}" for n in numbers)
+
+
+def _wrap(text: str, indent: str = "  ") -> list[str]:
+    # Never inside a name: resource and Pod names have hyphens.
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _fit(text: str, width: int) -> str:
