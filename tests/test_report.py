@@ -318,7 +318,7 @@ def test_the_table_fits_100_columns_whatever_the_names() -> None:
     assert max(len(line) for line in text.splitlines()) <= WIDTH
     # Wrapped, not cut: the GPU's free shares and the scheduler's whole message are there.
     words = " ".join(text.split())
-    assert "1 GPU, 1 of 4 nvidia.com/gpu-shared free" in words
+    assert "1 GPU, 1/4 nvidia.com/gpu-shared free" in words
     assert waiting["status"]["conditions"][0]["message"].strip() in words
 
 

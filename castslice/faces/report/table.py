@@ -71,7 +71,7 @@ def _gpu_title(gpu: Gpu) -> str:
     place = gpu.place
     where = f"GPU {place.device}" if place.device is not None else NOT_VISIBLE
     size = "" if place.device is not None else f", {place.gpus} GPU{'s' if place.gpus != 1 else ''}"
-    return f"node {place.node}: {where}{size}, {gpu.free} of {place.units} {place.unit} free"
+    return f"node {place.node}: {where}{size}, {gpu.free}/{place.units} {place.unit} free"
 
 
 def _numbers(saving: Saving) -> tuple[str, str, str, str]:
