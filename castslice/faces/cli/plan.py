@@ -20,7 +20,7 @@ from typing import Any
 
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
-from castslice.decision.workloads import kind_of, pod_templates, templated_pod
+from castslice.decision.workloads import kind_of, read_templates
 from castslice.faces.cli import EXIT_OK, CommandError
 from castslice.faces.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.faces.cli.settings import config_from
@@ -133,8 +133,9 @@ def _manifest_tasks(paths: Sequence[str], namespace: str | None, config: Config)
             if workload is None:
                 continue
             copies = _replicas(after)
-            for _, _, template in pod_templates(after, workload):
-                tasks += tasks_from_pod(templated_pod(template), config) * copies
+            for template in read_templates(workload, after):
+                if template.pod is not None:
+                    tasks += tasks_from_pod(template.pod, config) * copies
     return tasks
 
 
