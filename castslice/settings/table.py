@@ -118,7 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
         "CASTSLICE_SHARING_STRATEGY", "sharingStrategy", Kind.CHOICE, Config.sharing_strategy,
         "`time-slicing` or `mps`, as on your sharing nodes (GKE calls them `time-sharing` and "
         "`mps`). Not used by `resource`.",
-        chart_note="nvidia, gke.",
+        chart_note="nvidia, gke",
         choices=SHARING_STRATEGIES,
     ),
     Setting(

@@ -1,0 +1,37 @@
+{{- /* Generated from castslice/settings/table.py by `make generate`; do not edit.
+
+The rules between settings that values.schema.json cannot state, each refused with
+the value's name as the application would refuse its variable. */}}
+{{- define "castslice.checkSettings" -}}
+{{- if gt (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "slicesPerGpu: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_SLICES_PER_GPU above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
+{{- if eq ($.Values.sharedResource | default $default) $.Values.gpuResource }}
+{{- if $.Values.sharedResource }}
+{{- fail (printf "sharedResource: %q is also gpuResource; the shared resource must differ from the one it replaces (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
+{{- else }}
+{{- fail (printf "sharedResource: null is the %s backend's default %q, which is also gpuResource; set sharedResource to another resource (CASTSLICE_SHARED_RESOURCE)" $.Values.backend $default) }}
+{{- end }}
+{{- end }}
+{{- range $type, $count := $.Values.presets }}
+{{- if and (not (kindIs "invalid" $count)) (gt (int $count) (int $.Values.maxSliceRatio)) }}
+{{- fail (printf "presets.%s: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_PRESETS above CASTSLICE_MAX_SLICE_RATIO" $type (int $count) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- end }}
+{{- $kept := list }}
+{{- range $type, $count := $.Values.presets }}
+{{- if not (kindIs "invalid" $count) }}{{ $kept = append $kept $type }}{{ end }}
+{{- end }}
+{{- if not $kept }}
+{{- fail "presets: every entry is null; keep at least one (CASTSLICE_PRESETS cannot be empty)" }}
+{{- end }}
+{{- if gt (int $.Values.defaultSlices) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "defaultSlices: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_DEFAULT_SLICES above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.defaultSlices) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- range $.Values.claimTemplates.slices }}
+{{- if gt (int .) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "claimTemplates.slices: %d is above maxSliceRatio (%d); the application refuses claimTemplates.slices above CASTSLICE_MAX_SLICE_RATIO" (int .) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- end }}
+{{- end -}}
