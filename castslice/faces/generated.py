@@ -60,7 +60,7 @@ CHART_SETTINGS = tuple(entry for entry in SETTINGS if entry.value is not None)
 
 
 def _resource_schema() -> dict[str, Any]:
-    local = QUALIFIED_NAME.pattern.replace("*", "{0,%d}" % (MAX_LABEL_LENGTH - 2))
+    local = QUALIFIED_NAME.pattern.replace("*", f"{{0,{MAX_LABEL_LENGTH - 2}}}")
     return {
         "type": "string",
         "maxLength": MAX_SUBDOMAIN_LENGTH + 1 + MAX_LABEL_LENGTH,
@@ -109,8 +109,9 @@ def property_schema(entry: Setting) -> dict[str, Any]:
         if entry.in_environment:
             # An empty list is an empty variable, which the application refuses.
             schema["minItems"] = 1
-        item = {"type": "integer", "minimum": entry.minimum, "maximum": most}
-        schema.update(uniqueItems=True, items=item)
+            # The application refuses a count listed twice; the chart's own lists dedupe.
+            schema["uniqueItems"] = True
+        schema["items"] = {"type": "integer", "minimum": entry.minimum, "maximum": most}
     elif kind is Kind.RESOURCE:
         schema = _resource_schema()
     elif kind is Kind.PRESETS:
@@ -121,7 +122,7 @@ def property_schema(entry: Setting) -> dict[str, Any]:
             "additionalProperties": _nullable(count),
         }
     elif kind is Kind.PATH_TOKEN:
-        token = PATH_TOKEN.pattern.removesuffix("+") + "{%d,}" % MIN_PATH_TOKEN_LENGTH
+        token = PATH_TOKEN.pattern.removesuffix("+") + f"{{{MIN_PATH_TOKEN_LENGTH},}}"
         schema = {"type": "string", "pattern": f"^{token}$"}
     elif kind is Kind.BOOLEAN:
         schema = {"type": "boolean"}
@@ -250,7 +251,9 @@ def configuration_table() -> list[str]:
 def updated_configuration(text: str) -> str:
     before, found, rest = text.partition(_TABLE_BEGIN)
     if not found or _TABLE_END not in rest:
-        raise SystemExit(f"{CONFIGURATION}: the markers {_TABLE_BEGIN!r} and {_TABLE_END!r} are missing")
+        raise SystemExit(
+            f"{CONFIGURATION}: the markers {_TABLE_BEGIN!r} and {_TABLE_END!r} are missing"
+        )
     body = "\n".join(configuration_table())
     return f"{before}{_TABLE_BEGIN}\n{body}\n{_TABLE_END}{rest.split(_TABLE_END, 1)[1]}"
 
@@ -317,10 +320,23 @@ def _differs_check(entry: Setting) -> list[str]:
         f'{{{{- fail (printf "{name}: %q is also {other}; the shared resource must differ '
         f'from the one it replaces ({entry.variable})" {_ref(entry.variable)}) }}}}',
         "{{- else }}",
-        f'{{{{- fail (printf "{name}: null is the %s backend\'s default %q, which is also '
+        f"{{{{- fail (printf \"{name}: null is the %s backend's default %q, which is also "
         f'{other}; set {name} to another resource ({entry.variable})" '
         f"{_ref(BACKEND)} $default) }}}}",
         "{{- end }}",
+        "{{- end }}",
+    ]
+
+
+def _domain_check(entry: Setting) -> list[str]:
+    """A resource's domain is a DNS subdomain of at most 253 characters, a length the
+    schema's pattern cannot count (Go's regular expressions have no lookahead)."""
+    name, ref = chart_value(entry.variable), _ref(entry.variable)
+    return [
+        f'{{{{- if and {ref} (gt (len (first (splitList "/" (toString {ref})))) '
+        f"{MAX_SUBDOMAIN_LENGTH}) }}}}",
+        f'{{{{- fail (printf "{name}: the domain of %q is longer than {MAX_SUBDOMAIN_LENGTH} '
+        f'characters ({entry.variable})" {ref}) }}}}',
         "{{- end }}",
     ]
 
@@ -351,6 +367,8 @@ def check_template() -> str:
     for entry in CHART_SETTINGS:
         if isinstance(entry.maximum, str):
             lines += _bound_check(entry)
+        if entry.kind is Kind.RESOURCE:
+            lines += _domain_check(entry)
         if entry.differs_from is not None:
             lines += _differs_check(entry)
         if entry.kind is Kind.PRESETS:

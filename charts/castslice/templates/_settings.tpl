@@ -6,6 +6,9 @@ the value's name as the application would refuse its variable. */}}
 {{- if gt (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio) }}
 {{- fail (printf "slicesPerGpu: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_SLICES_PER_GPU above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio)) }}
 {{- end }}
+{{- if and $.Values.sharedResource (gt (len (first (splitList "/" (toString $.Values.sharedResource)))) 253) }}
+{{- fail (printf "sharedResource: the domain of %q is longer than 253 characters (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
+{{- end }}
 {{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
 {{- if eq ($.Values.sharedResource | default $default) $.Values.gpuResource }}
 {{- if $.Values.sharedResource }}
@@ -13,6 +16,9 @@ the value's name as the application would refuse its variable. */}}
 {{- else }}
 {{- fail (printf "sharedResource: null is the %s backend's default %q, which is also gpuResource; set sharedResource to another resource (CASTSLICE_SHARED_RESOURCE)" $.Values.backend $default) }}
 {{- end }}
+{{- end }}
+{{- if and $.Values.gpuResource (gt (len (first (splitList "/" (toString $.Values.gpuResource)))) 253) }}
+{{- fail (printf "gpuResource: the domain of %q is longer than 253 characters (CASTSLICE_GPU_RESOURCE)" $.Values.gpuResource) }}
 {{- end }}
 {{- range $type, $count := $.Values.presets }}
 {{- if and (not (kindIs "invalid" $count)) (gt (int $count) (int $.Values.maxSliceRatio)) }}
