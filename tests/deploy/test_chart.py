@@ -14,6 +14,9 @@ import base64
 import dataclasses
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -482,6 +485,29 @@ def test_a_policy_without_its_registration_is_refused(helm: Path, tmp_path: Path
 def test_a_registration_written_for_another_policy_is_refused(helm: Path, tmp_path: Path) -> None:
     values = policy_values(tmp_path)
     values["policy"] = POLICY.replace("research", "science")
+    error = template_error(helm, tmp_path, values)
+    assert "policyRegistration was not written for this policy" in error
+
+
+@pytest.mark.parametrize("source", ["-", "/dev/stdin"])
+def test_a_policy_piped_in_is_read_once_and_installs_as_from_a_file(
+    helm: Path, tmp_path: Path, source: str
+) -> None:
+    from_file = policy_values(tmp_path)
+    piped = subprocess.run(
+        [sys.executable, "-m", "castslice", "webhook", "--helm-values", "--policy", source],
+        input=POLICY, capture_output=True, text=True, check=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")},
+    )  # fmt: skip
+    values = yaml.safe_load(piped.stdout)
+    assert values["policy"] == POLICY
+    assert values["policyRegistration"] == from_file["policyRegistration"]
+    enrolled = template(helm, tmp_path, values)
+    assert only_named(enrolled, "ConfigMap", "castslice-policy")["data"]["policy.yaml"] == POLICY
+
+
+def test_a_registration_beside_no_policy_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = {**policy_values(tmp_path), "policy": ""}
     error = template_error(helm, tmp_path, values)
     assert "policyRegistration was not written for this policy" in error
 
