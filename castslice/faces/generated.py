@@ -356,6 +356,57 @@ def _not_empty_check(entry: Setting) -> list[str]:
     ]
 
 
+def _encoded(entry: Setting) -> list[str]:
+    """Lines that set $value to the setting's value as its variable's text ("" when null)."""
+    ref = _ref(entry.variable)
+    if entry.kind is Kind.COUNT:
+        return [f"{{{{- $value = int {ref} | toString }}}}"]
+    if entry.kind in (Kind.COUNTS, Kind.PRESETS):
+        each = (
+            "{{- range " + ref + " }}{{ $items = append $items (int . | toString) }}{{ end }}"
+            if entry.kind is Kind.COUNTS
+            else "{{- range $type, $count := " + ref + ' }}{{ if not (kindIs "invalid" $count) }}'
+            '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}'
+        )
+        return ["{{- $items := list }}", each, '{{- $value = join "," $items }}']
+    return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{{{{ $value = toString . }}}}{{{{ end }}}}"]
+
+
+def _flags_helper() -> list[str]:
+    """The command line's flags for every setting of the release that is not the default:
+    `castslice doctor` and `preview` then use the release's own configuration."""
+    lines = [
+        "",
+        "{{- /* The release's settings as `castslice` flags, the defaults left out. */}}",
+        '{{- define "castslice.commandFlags" -}}',
+        "{{- $flags := list }}",
+        '{{- $value := "" }}',
+    ]
+    for entry in CHART_SETTINGS:
+        if entry.flag is None:
+            continue
+        default = entry.default
+        if isinstance(default, dict):
+            # Go templates range over a map in the order of its keys.
+            default = dict(sorted(default.items()))
+        default_text = "" if default is None else environment_text(default)
+        lines += _encoded(entry)
+        lines.append(
+            f"{{{{- if and $value (ne $value {_go_string(default_text)}) }}}}"
+            f'{{{{ $flags = append $flags (printf "{entry.flag} %s" '
+            "(include \"castslice.shellWord\" $value)) }}{{ end }}"
+        )
+    lines += ['{{- join " " $flags }}', "{{- end -}}", ""]
+    lines += [
+        "{{- /* A word the shell reads as it is: quoted unless plainly safe. */}}",
+        '{{- define "castslice.shellWord" -}}',
+        '{{- if regexMatch "^[-A-Za-z0-9._/=,:@]+$" . }}{{ . }}'
+        "{{- else }}'{{ replace \"'\" \"'\\\\''\" . }}'{{ end }}",
+        "{{- end -}}",
+    ]
+    return lines
+
+
 def check_template() -> str:
     lines = [
         f"{{{{- /* Generated from {SOURCE} by `{COMMAND}`; do not edit.",
@@ -374,6 +425,7 @@ def check_template() -> str:
         if entry.kind is Kind.PRESETS:
             lines += _not_empty_check(entry)
     lines.append("{{- end -}}")
+    lines += _flags_helper()
     return "\n".join(lines) + "\n"
 
 

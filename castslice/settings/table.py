@@ -84,6 +84,8 @@ class Setting:
     reserved: int | None = None
     # What one entry of a COUNTS setting is, for its refusal.
     noun: str = "a count"
+    # The command line's flag for it (castslice.faces.cli.settings), or None: none.
+    flag: str | None = None
 
     @property
     def in_environment(self) -> bool:
@@ -97,12 +99,14 @@ SETTINGS: tuple[Setting, ...] = (
         "With `nvidia` and `gke`, Pods that get whole GPUs (by default every preset but `dev`) "
         "need GPU nodes without sharing ([backends.md](backends.md#whole-gpu-pods)).",
         chart_note="docs/backends.md",
+        flag="--backend",
     ),
     Setting(
         "CASTSLICE_SLICES_PER_GPU", "slicesPerGpu", Kind.COUNT, Config.slices_per_gpu,
         "Slices that make one whole GPU (`S`). With 4, `training` (4) is one GPU, `inference` "
         "(2) half, `dev` (1) a quarter. 1 to `CASTSLICE_MAX_SLICE_RATIO`.",
         maximum=MAX_SLICE_RATIO,
+        flag="--slices-per-gpu",
     ),
     Setting(
         "CASTSLICE_SHARING_DEGREES", "sharingDegrees", Kind.COUNTS, list(Config.sharing_degrees),
@@ -113,6 +117,7 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=2,
         maximum=MAX_SHARING_DEGREE,
         noun="a clients-per-GPU count",
+        flag="--sharing-degrees",
     ),
     Setting(
         "CASTSLICE_SHARING_STRATEGY", "sharingStrategy", Kind.CHOICE, Config.sharing_strategy,
@@ -120,6 +125,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`mps`). Not used by `resource`.",
         chart_note="nvidia, gke",
         choices=SHARING_STRATEGIES,
+        flag="--sharing-strategy",
     ),
     Setting(
         "CASTSLICE_SHARED_RESOURCE", "sharedResource", Kind.RESOURCE, None,
@@ -129,10 +135,12 @@ SETTINGS: tuple[Setting, ...] = (
         chart_note="null: the backend's default (nvidia.com/gpu-shared; nvidia.com/gpu.shared "
         "for nvidia).",
         differs_from=GPU_RESOURCE,
+        flag="--shared-resource",
     ),
     Setting(
         GPU_RESOURCE, "gpuResource", Kind.RESOURCE, Config.gpu_resource,
         "The resource that is rewritten.",
+        flag="--gpu-resource",
     ),
     Setting(
         "CASTSLICE_PRESETS", "presets", Kind.PRESETS, dict(Config().presets),
@@ -142,18 +150,21 @@ SETTINGS: tuple[Setting, ...] = (
         chart_note="Workload type -> slice count. Helm merges maps with the defaults: set a "
         "default type to null to drop it.",
         maximum=MAX_SLICE_RATIO,
+        flag="--presets",
     ),
     Setting(
         "CASTSLICE_DEFAULT_SLICES", "defaultSlices", Kind.COUNT, Config.default_slices,
         "Slices when neither the annotations nor a policy rule give a valid count. 1 to "
         "`CASTSLICE_MAX_SLICE_RATIO`.",
         maximum=MAX_SLICE_RATIO,
+        flag="--default-slices",
     ),
     Setting(
         MAX_SLICE_RATIO, "maxSliceRatio", Kind.COUNT, Config.max_slice_ratio,
         "Upper bound for `castops.io/slice-ratio`, at most 1000000. The slices per GPU, the "
         "presets and the default must fit under it.",
         maximum=MAX_SLICE_RATIO_CEILING,
+        flag="--max-slice-ratio",
     ),
     Setting(
         "CASTSLICE_POLICY", None, Kind.POLICY, None,
@@ -187,12 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
         Config.dra_device_class,
         "`dra`: the DeviceClass every claim names, a lowercase DNS subdomain.",
         chart_note="The dra backend: the DeviceClass and the capacity its claims request.",
+        flag="--dra-device-class",
     ),
     Setting(
         "CASTSLICE_DRA_CAPACITY", "draCapacity", Kind.CAPACITY, Config.dra_capacity,
         "`dra`: the device capacity that counts shares (the NVIDIA DRA driver's "
         "`--consumable-shares`); at most 32 letters, digits or `_`, optionally after a domain "
         "and `/`.",
+        flag="--dra-capacity",
     ),
     Setting(
         "CASTSLICE_DRA_GPU_MEMORY", "draGpuMemory", Kind.MEMORY, None,
@@ -203,6 +216,7 @@ SETTINGS: tuple[Setting, ...] = (
         chart_note="The GPU memory each dra claim asks for a share of (null: none; else a "
         "whole number of Mi, Gi or Ti from 1Mi to 1024Ti, as 80Gi).",
         maximum=MAX_GPU_MEMORY,
+        flag="--dra-gpu-memory",
     ),
     Setting(
         "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],

@@ -10,11 +10,13 @@ values.schema.json or the templates with their names.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ import yaml
 
 import castslice.faces.tls
 from castslice import __version__
+from castslice.faces.cli.settings import add_settings, config_from
 from castslice.faces.environment import load_config
 from castslice.settings.config import Config, ConfigError
 from tests.helm import (
@@ -36,6 +39,7 @@ from tests.helm import (
     run_helm,
     template,
     template_error,
+    values_file,
 )
 
 from .test_manifests import assert_restricted
@@ -556,21 +560,53 @@ def test_an_existing_issuer_signs_the_serving_certificate(helm: Path, tmp_path: 
     ]
 
 
-def test_notes_name_the_next_step(helm: Path, tmp_path: Path) -> None:
-    path = tmp_path / "values.yaml"
-    path.write_text("{}\n")
-    result = run_helm(
-        helm,
-        "install",
-        "castslice",
-        str(CHART),
-        "-n",
-        "castslice",
-        "--dry-run=client",
-        "-f",
-        str(path),
-    )
-    assert "castslice doctor --name castslice" in result.stdout
+NOTES_RELEASES = {
+    "defaults": ("castslice", {}),
+    "dra": (
+        "castslice-b",
+        {
+            "backend": "dra", "slicesPerGpu": 8, "presets": {"dev": None, "notebook": 3},
+            "draGpuMemory": "80Gi", "draCapacity": "example.com/slices",
+            "defaultSlices": 2, "maxSliceRatio": 64,
+        },
+    ),
+    "nvidia": (
+        "gpu-sharing",
+        {
+            "backend": "nvidia", "sharingDegrees": [8, 2], "sharingStrategy": "mps",
+            "gpuResource": "example.com/gpu", "sharedResource": "example.com/gpu-slice",
+        },
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("release", NOTES_RELEASES)
+def test_notes_print_the_doctor_and_preview_commands_with_the_release_s_settings(
+    helm: Path, tmp_path: Path, release: str
+) -> None:
+    name, values = NOTES_RELEASES[release]
+    path = values_file(tmp_path, values)
+    args = ["install", name, str(CHART), "-n", "gpu-ops", "--dry-run=client", "-f", str(path)]
+    notes = run_helm(helm, *args).stdout.split("NOTES:", 1)[1]
+    (doctor,) = [line for line in notes.splitlines() if "castslice doctor" in line]
+    (preview,) = [line for line in notes.splitlines() if "castslice preview" in line]
+    doctor_words = shlex.split(doctor)
+    # Objects are named after a release that contains "castslice", else RELEASE-castslice.
+    fullname = name if "castslice" in name else f"{name}-castslice"
+    assert doctor_words[:4] == ["castslice", "doctor", "--name", fullname]
+    preview_words = shlex.split(preview)
+    assert preview_words[:4] == ["castslice", "preview", "-f", "my-pod.yaml"]
+    assert doctor_words[4:] == preview_words[4:]
+    # The commands, run as printed, configure themselves as the release's Pods are.
+    parser = argparse.ArgumentParser()
+    add_settings(parser)
+    commands = config_from(parser.parse_args(doctor_words[4:]), environ={})
+    objects = template(helm, tmp_path, values, release=name, namespace="gpu-ops")
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    assert commands == load_config(environment)
+    assert (doctor_words[4:] == []) == (release == "defaults")
 
 
 class TestDefaults:

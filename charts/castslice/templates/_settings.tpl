@@ -41,3 +41,50 @@ the value's name as the application would refuse its variable. */}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{- /* The release's settings as `castslice` flags, the defaults left out. */}}
+{{- define "castslice.commandFlags" -}}
+{{- $flags := list }}
+{{- $value := "" }}
+{{- $value = "" }}
+{{- with $.Values.backend }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "resource") }}{{ $flags = append $flags (printf "--backend %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.slicesPerGpu | toString }}
+{{- if and $value (ne $value "4") }}{{ $flags = append $flags (printf "--slices-per-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $items := list }}
+{{- range $.Values.sharingDegrees }}{{ $items = append $items (int . | toString) }}{{ end }}
+{{- $value = join "," $items }}
+{{- if and $value (ne $value "4") }}{{ $flags = append $flags (printf "--sharing-degrees %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.sharingStrategy }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "time-slicing") }}{{ $flags = append $flags (printf "--sharing-strategy %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.sharedResource }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--shared-resource %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.gpuResource }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "nvidia.com/gpu") }}{{ $flags = append $flags (printf "--gpu-resource %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $items := list }}
+{{- range $type, $count := $.Values.presets }}{{ if not (kindIs "invalid" $count) }}{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}
+{{- $value = join "," $items }}
+{{- if and $value (ne $value "batch=2,dev=1,inference=2,training=4") }}{{ $flags = append $flags (printf "--presets %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.defaultSlices | toString }}
+{{- if and $value (ne $value "1") }}{{ $flags = append $flags (printf "--default-slices %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.maxSliceRatio | toString }}
+{{- if and $value (ne $value "1000") }}{{ $flags = append $flags (printf "--max-slice-ratio %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draDeviceClass }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "gpu.nvidia.com") }}{{ $flags = append $flags (printf "--dra-device-class %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draCapacity }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "shares") }}{{ $flags = append $flags (printf "--dra-capacity %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- join " " $flags }}
+{{- end -}}
+
+{{- /* A word the shell reads as it is: quoted unless plainly safe. */}}
+{{- define "castslice.shellWord" -}}
+{{- if regexMatch "^[-A-Za-z0-9._/=,:@]+$" . }}{{ . }}{{- else }}'{{ replace "'" "'\\''" . }}'{{ end }}
+{{- end -}}
