@@ -369,7 +369,8 @@ def _encoded(entry: Setting) -> list[str]:
             '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}'
         )
         return ["{{- $items := list }}", each, '{{- $value = join "," $items }}']
-    return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{{{{ $value = toString . }}}}{{{{ end }}}}"]
+    assign = "{{ $value = toString . }}{{ end }}"
+    return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{assign}"]
 
 
 def _flags_helper() -> list[str]:
