@@ -395,7 +395,7 @@ def _flags_helper() -> list[str]:
         lines.append(
             f"{{{{- if and $value (ne $value {_go_string(default_text)}) }}}}"
             f'{{{{ $flags = append $flags (printf "{entry.flag} %s" '
-            "(include \"castslice.shellWord\" $value)) }}{{ end }}"
+            '(include "castslice.shellWord" $value)) }}{{ end }}'
         )
     lines += ['{{- join " " $flags }}', "{{- end -}}", ""]
     lines += [
