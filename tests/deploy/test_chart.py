@@ -36,8 +36,10 @@ from tests.helm import (
     Objects,
     castslice_output,
     claim_templates_command,
+    hook_events,
     run_helm,
     template,
+    template_args,
     template_error,
     values_file,
 )
@@ -216,10 +218,13 @@ def comparable(
     chart: dict[str, Any], *, secret: bool, namespace: str = "gpu-ops"
 ) -> dict[str, Any]:
     """The chart's registration less what only Helm and cert-manager add: the chart's
-    own labels, and (with cert-manager) the annotation its cainjector reads."""
+    own labels, the hook annotations that order it after the Deployment, and (with
+    cert-manager) the annotation its cainjector reads."""
     metadata = copy_of(chart["metadata"])
     metadata["labels"] = {"app.kubernetes.io/name": metadata["labels"]["app.kubernetes.io/name"]}
     annotations = metadata.pop("annotations", {})
+    assert annotations.pop("helm.sh/hook") == "post-install,post-upgrade"
+    assert annotations.pop("helm.sh/hook-delete-policy") == "hook-failed"
     injected = annotations.pop("cert-manager.io/inject-ca-from", None)
     assert (injected is None) == secret
     if not secret:
@@ -231,6 +236,26 @@ def comparable(
 
 def copy_of(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def test_the_registration_is_applied_after_the_release_and_removed_first_at_uninstall(
+    helm: Path, tmp_path: Path
+) -> None:
+    result = run_helm(helm, *template_args(values_file(tmp_path, {})))
+    registrations = [
+        obj for obj in yaml.safe_load_all(result.stdout)
+        if obj and obj["kind"] == "MutatingWebhookConfiguration"
+    ]  # fmt: skip
+    assert [hook_events(obj) for obj in registrations] == [
+        {"post-install", "post-upgrade"},
+        {"pre-delete"},
+    ]
+    registration, remover = registrations
+    assert registration["metadata"]["name"] == remover["metadata"]["name"] == "castslice"
+    # The remover takes the registration's place (before-hook-creation), then goes itself.
+    policies = remover["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert set(policies.split(",")) == {"before-hook-creation", "hook-succeeded"}
+    assert remover["webhooks"] == []
 
 
 def test_the_chart_carries_the_generated_registration_file() -> None:

@@ -35,7 +35,7 @@ from castslice.settings.table import (
     setting,
     upper_bound,
 )
-from tests.helm import CHART, Objects, run_helm, template_args, values_file
+from tests.helm import CHART, Objects, installed_objects, run_helm, template_args, values_file
 
 from .test_chart import container_environment_with_secrets
 from .variants import only
@@ -259,7 +259,7 @@ def chart_verdicts(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
         result = run_helm(helm, *template_args(values_file(directory, values)), check=False)
         if result.returncode != 0:
             return result.stderr
-        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        return installed_objects(result.stdout)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(pool.map(render, enumerate(CASES.values())))
