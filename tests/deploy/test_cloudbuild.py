@@ -146,7 +146,9 @@ def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
         "    assert 'tests' in args, f'the step no longer runs tests: {args}'\n"
         "    at = args.index('tests')\n"
         f"    args = [*args[:at], *{list(STEP_TESTS)!r}, *args[at + 1 :]]\n"
-        f"os.execv({str(venv / 'bin' / 'python')!r}, ['python', *args])\n"
+        # The full path as argv[0]: Python finds its venv from it, not from the PATH.
+        f"python = {str(venv / 'bin' / 'python')!r}\n"
+        "os.execv(python, [python, *args])\n"
     )
     (tools / "python").chmod(0o755)
     env = {key: value for key, value in os.environ.items() if key not in ("CI", "VIRTUAL_ENV")}
