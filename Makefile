@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: run test lint unit helm terraform e2e e2e-newest e2e-oldest system-packages bench clean
+.PHONY: run test lint generate unit helm terraform e2e e2e-newest e2e-oldest system-packages bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ lint: $(VENV)/.installed
 	@$(BIN)/lint-imports --no-cache --no-logo >$(VENV)/lint-imports.out || \
 	  { cat $(VENV)/lint-imports.out; exit 1; }
 	@echo "lint: ruff check, ruff format and the import contract found nothing"
+
+# The files written from the settings table (castslice/settings/table.py): the chart's
+# values.schema.json, values.yaml's defaults, templates/_settings.tpl and
+# docs/configuration.md's table. A test fails while one is stale.
+generate: $(VENV)/.installed
+	$(BIN)/python -m castslice.faces.generated
 
 unit: $(VENV)/.installed helm
 	$(BIN)/pytest -q --no-header -p no:cacheprovider -m "not terraform" tests --ignore=tests/e2e

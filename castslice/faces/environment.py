@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from castslice.backends import BACKENDS, backend_class
 from castslice.settings.config import (
     DEFAULT_PRESETS,
-    MAX_GPU_MEMORY,
-    MAX_SHARING_DEGREE,
-    MAX_SLICE_RATIO_CEILING,
     MEBIBYTE,
-    SHARING_STRATEGIES,
     Config,
     ConfigError,
 )
@@ -25,6 +22,15 @@ from castslice.settings.names import (
 )
 from castslice.settings.policy_file import PolicyError, load_policy, read_policy_file
 from castslice.settings.rules import Policy
+from castslice.settings.table import (
+    BACKEND,
+    GPU_RESOURCE,
+    MAX_SLICE_RATIO,
+    Kind,
+    Setting,
+    environment_text,
+    setting,
+)
 
 # Set by Cloud Run (services, functions, jobs) and Knative Serving, whose URLs are public.
 _SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RUN_JOB")
@@ -32,46 +38,70 @@ _SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RU
 
 def load_config(environ: Mapping[str, str]) -> Config:
     """Build the configuration from CASTSLICE_* variables; raise ConfigError on any bad value."""
-    backend = _choice(environ, "CASTSLICE_BACKEND", Config.backend, tuple(BACKENDS))
-    gpu = _extended_resource(environ, "CASTSLICE_GPU_RESOURCE", Config.gpu_resource)
-    shared = _extended_resource(
-        environ, "CASTSLICE_SHARED_RESOURCE", backend_class(backend).default_shared_resource(gpu)
-    )
+    read = _Reader(environ)
+    backend = read(BACKEND)
+    gpu = read(GPU_RESOURCE)
+    shared = read("CASTSLICE_SHARED_RESOURCE", backend_class(backend).default_shared_resource(gpu))
     if shared == gpu:
         raise ConfigError(
             f"CASTSLICE_SHARED_RESOURCE and CASTSLICE_GPU_RESOURCE are both {gpu!r}; "
             "the shared resource must differ from the one it replaces"
         )
-    max_ratio = _positive_int(
-        environ, "CASTSLICE_MAX_SLICE_RATIO", Config.max_slice_ratio, MAX_SLICE_RATIO_CEILING
-    )
-    presets = _presets(environ, max_ratio)
+    max_ratio = read(MAX_SLICE_RATIO)
+    presets = read("CASTSLICE_PRESETS")
     return Config(
         shared_resource=shared,
         gpu_resource=gpu,
         presets=presets,
-        default_slices=_positive_int(
-            environ, "CASTSLICE_DEFAULT_SLICES", Config.default_slices, max_ratio
-        ),
+        default_slices=read("CASTSLICE_DEFAULT_SLICES"),
         max_slice_ratio=max_ratio,
-        path_token=_path_token(environ),
+        path_token=read("CASTSLICE_PATH_TOKEN"),
         backend=backend,
-        slices_per_gpu=_positive_int(
-            environ, "CASTSLICE_SLICES_PER_GPU", Config.slices_per_gpu, max_ratio
-        ),
-        sharing_degrees=_sharing_degrees(environ),
-        sharing_strategy=_choice(
-            environ, "CASTSLICE_SHARING_STRATEGY", Config.sharing_strategy, SHARING_STRATEGIES
-        ),
+        slices_per_gpu=read("CASTSLICE_SLICES_PER_GPU"),
+        sharing_degrees=read("CASTSLICE_SHARING_DEGREES"),
+        sharing_strategy=read("CASTSLICE_SHARING_STRATEGY"),
         policy=_policy(environ, presets, max_ratio),
-        metrics=_metrics(environ),
-        metrics_port=_positive_int(environ, "CASTSLICE_METRICS_PORT", Config.metrics_port, 65535),
-        dra_device_class=_device_class(
-            environ, "CASTSLICE_DRA_DEVICE_CLASS", Config.dra_device_class
-        ),
-        dra_capacity=_capacity_name(environ, "CASTSLICE_DRA_CAPACITY", Config.dra_capacity),
-        dra_gpu_memory=_gpu_memory(environ, "CASTSLICE_DRA_GPU_MEMORY"),
+        metrics=read("CASTSLICE_METRICS"),
+        metrics_port=read("CASTSLICE_METRICS_PORT"),
+        dra_device_class=read("CASTSLICE_DRA_DEVICE_CLASS"),
+        dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
+        dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
     )
+
+
+_FROM_TABLE = object()
+
+
+class _Reader:
+    """Each variable parsed as its kind in the settings table says, within its bounds."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.read: dict[str, Any] = {}
+
+    def __call__(self, variable: str, default: Any = _FROM_TABLE) -> Any:
+        entry = setting(variable)
+        text = _value(self.environ, variable)
+        if text is None and not isinstance(entry.maximum, str):
+            value = entry.default if default is _FROM_TABLE else default
+            value = tuple(value) if isinstance(value, list) else value
+        else:
+            # A bound set by another setting holds for the default too.
+            if text is None:
+                text = environment_text(entry.default)
+            value = _PARSERS[entry.kind](self, entry, text)
+        self.read[variable] = value
+        return value
+
+    def upper(self, entry: Setting) -> int:
+        bound = entry.maximum
+        if isinstance(bound, str):
+            return self.read[bound] if bound in self.read else self(bound)
+        assert bound is not None, entry.variable
+        return bound
+
+    def environ_has(self, name: str) -> bool:
+        return name in self.environ
 
 
 def _value(environ: Mapping[str, str], name: str) -> str | None:
@@ -81,44 +111,40 @@ def _value(environ: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _extended_resource(environ: Mapping[str, str], name: str, default: str) -> str:
-    value = _value(environ, name)
-    if value is None:
-        return default
+def _extended_resource(read: _Reader, entry: Setting, value: str) -> str:
     value = value.strip()
     problem = extended_resource_problem(value)
     if problem:
-        raise ConfigError(f"{name}={value!r} is not a valid extended resource name: {problem}")
+        raise ConfigError(
+            f"{entry.variable}={value!r} is not a valid extended resource name: {problem}"
+        )
     return value
 
 
-def _positive_int(environ: Mapping[str, str], name: str, default: int, upper: int) -> int:
-    value = _value(environ, name)
-    if value is None:
-        return default
+def _count(read: _Reader, entry: Setting, value: str) -> int:
+    upper = read.upper(entry)
     number = parse_bounded_int(value.strip(), upper)
-    if number is None:
-        raise ConfigError(f"{name}={value!r} must be a whole number from 1 to {upper}")
+    if number is None or number < entry.minimum:
+        raise ConfigError(
+            f"{entry.variable}={value!r} must be a whole number from {entry.minimum} to {upper}"
+        )
     return number
 
 
-def _presets(environ: Mapping[str, str], max_ratio: int) -> dict[str, int]:
-    name = "CASTSLICE_PRESETS"
-    value = _value(environ, name)
-    if value is None:
-        value = DEFAULT_PRESETS
+def _presets(read: _Reader, entry: Setting, value: str) -> dict[str, int]:
+    name, most = entry.variable, read.upper(entry)
     presets: dict[str, int] = {}
-    for entry in value.split(","):
-        key, equals, count = (part.strip() for part in entry.partition("="))
+    for item in value.split(","):
+        key, equals, count = (part.strip() for part in item.partition("="))
         if not equals or not key:
             raise ConfigError(
-                f"{name}: entry {entry.strip()!r} is not of the form type=slices, "
+                f"{name}: entry {item.strip()!r} is not of the form type=slices, "
                 f"as in {DEFAULT_PRESETS}"
             )
-        slices = parse_bounded_int(count, max_ratio)
+        slices = parse_bounded_int(count, most)
         if slices is None:
             raise ConfigError(
-                f"{name}: the slice count of {key!r} must be a whole number from 1 to {max_ratio}"
+                f"{name}: the slice count of {key!r} must be a whole number from 1 to {most}"
             )
         if key in presets:
             raise ConfigError(f"{name}: workload type {key!r} is listed twice")
@@ -126,32 +152,29 @@ def _presets(environ: Mapping[str, str], max_ratio: int) -> dict[str, int]:
     return presets
 
 
-def _choice(environ: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _value(environ, name)
-    if value is None:
-        return default
+def _choice(read: _Reader, entry: Setting, value: str) -> str:
+    # The backends' names are the backend table's, which the settings cannot import.
+    choices = tuple(BACKENDS) if entry.variable == BACKEND else entry.choices
+    assert choices is not None, entry.variable
     if value.strip() not in choices:
-        raise ConfigError(f"{name}={value!r} must be one of: {', '.join(choices)}")
+        raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices)}")
     return value.strip()
 
 
-def _sharing_degrees(environ: Mapping[str, str]) -> tuple[int, ...]:
-    name = "CASTSLICE_SHARING_DEGREES"
-    value = _value(environ, name)
-    if value is None:
-        return Config.sharing_degrees
-    degrees: list[int] = []
-    for entry in value.split(","):
-        degree = parse_bounded_int(entry.strip(), MAX_SHARING_DEGREE)
-        if degree is None or degree < 2:
+def _counts(read: _Reader, entry: Setting, value: str) -> tuple[int, ...]:
+    name, upper = entry.variable, read.upper(entry)
+    counts: list[int] = []
+    for item in value.split(","):
+        count = parse_bounded_int(item.strip(), upper)
+        if count is None or count < entry.minimum:
             raise ConfigError(
-                f"{name}: {entry.strip()!r} is not a clients-per-GPU count; want whole numbers "
-                f"from 2 to {MAX_SHARING_DEGREE} separated by commas, as in 4 or 2,4,8"
+                f"{name}: {item.strip()!r} is not {entry.noun}; want whole numbers "
+                f"from {entry.minimum} to {upper} separated by commas, as in 4 or 2,4,8"
             )
-        if degree in degrees:
-            raise ConfigError(f"{name}: {degree} is listed twice")
-        degrees.append(degree)
-    return tuple(sorted(degrees))
+        if count in counts:
+            raise ConfigError(f"{name}: {count} is listed twice")
+        counts.append(count)
+    return tuple(sorted(counts))
 
 
 def _policy(
@@ -177,27 +200,24 @@ def _policy(
         raise ConfigError(str(error)) from None
 
 
-def _path_token(environ: Mapping[str, str]) -> str | None:
-    name = "CASTSLICE_PATH_TOKEN"
-    value = _value(environ, name)
-    if value is None:
-        return None
+def _path_token(read: _Reader, entry: Setting, value: str) -> str:
     if not is_path_token(value):
         raise ConfigError(
-            f"{name} must be at least {MIN_PATH_TOKEN_LENGTH} characters from "
+            f"{entry.variable} must be at least {MIN_PATH_TOKEN_LENGTH} characters from "
             "A-Z a-z 0-9 . _ ~ - (it is the last segment of the webhook URL)"
         )
     return value
 
 
-def _metrics(environ: Mapping[str, str]) -> bool:
-    name = "CASTSLICE_METRICS"
-    value = _value(environ, name)
-    if value is None or value.strip().lower() == "false":
+def _metrics(read: _Reader, entry: Setting, value: str) -> bool:
+    name = entry.variable
+    if value.strip().lower() == "false":
         return False
     if value.strip().lower() != "true":
         raise ConfigError(f"{name}={value!r} must be true or false")
-    platform = next((variable for variable in _SERVERLESS_VARIABLES if variable in environ), None)
+    platform = next(
+        (variable for variable in _SERVERLESS_VARIABLES if read.environ_has(variable)), None
+    )
     if platform is not None:
         raise ConfigError(
             f"{name}=true is refused on Cloud Run and Knative ({platform} is set): the "
@@ -207,10 +227,8 @@ def _metrics(environ: Mapping[str, str]) -> bool:
     return True
 
 
-def _device_class(environ: Mapping[str, str], name: str, default: str) -> str:
-    value = _value(environ, name)
-    if value is None:
-        return default
+def _device_class(read: _Reader, entry: Setting, value: str) -> str:
+    name = entry.variable
     value = value.strip()
     if not is_dns_subdomain(value):
         raise ConfigError(
@@ -220,10 +238,8 @@ def _device_class(environ: Mapping[str, str], name: str, default: str) -> str:
     return value
 
 
-def _capacity_name(environ: Mapping[str, str], name: str, default: str) -> str:
-    value = _value(environ, name)
-    if value is None:
-        return default
+def _capacity_name(read: _Reader, entry: Setting, value: str) -> str:
+    name = entry.variable
     value = value.strip()
     if not is_capacity_name(value):
         raise ConfigError(
@@ -236,22 +252,40 @@ def _capacity_name(environ: Mapping[str, str], name: str, default: str) -> str:
 
 # Whole binary units only: each claim's share is then a whole number of MiB, which the
 # Helm chart's templates compute exactly as CastSlice does.
-_MEMORY_UNITS = {"Mi": MEBIBYTE, "Gi": 2**30, "Ti": 2**40}
+MEMORY_UNITS = {"Mi": MEBIBYTE, "Gi": 2**30, "Ti": 2**40}
 
 
-def _gpu_memory(environ: Mapping[str, str], name: str) -> int | None:
-    """The quantity in bytes, or None when unset."""
-    value = _value(environ, name)
-    if value is None:
-        return None
+def _gpu_memory(read: _Reader, entry: Setting, value: str) -> int:
+    """The quantity in bytes."""
+    name, most = entry.variable, read.upper(entry)
     value = value.strip()
     number, unit = value[:-2], value[-2:]
     # A leading zero is refused, as the chart's schema does: 080Gi is a typo.
-    count = None if number.startswith("0") else parse_bounded_int(number, MAX_GPU_MEMORY)
-    size = count * _MEMORY_UNITS[unit] if count is not None and unit in _MEMORY_UNITS else None
-    if size is None or size > MAX_GPU_MEMORY:
+    count = None if number.startswith("0") else parse_bounded_int(number, most)
+    size = count * MEMORY_UNITS[unit] if count is not None and unit in MEMORY_UNITS else None
+    if size is None or size > most:
         raise ConfigError(
             f"{name}={value!r} must be one GPU's memory as a whole number of Mi, Gi or Ti "
             "from 1Mi to 1024Ti, such as 80Gi or 24576Mi"
         )
     return size
+
+
+def _not_in_the_environment(read: _Reader, entry: Setting, value: str) -> None:
+    raise AssertionError(f"{entry.variable} is read by its own code, not the table's parsers")
+
+
+_PARSERS: dict[Kind, Callable[[_Reader, Setting, str], Any]] = {
+    Kind.CHOICE: _choice,
+    Kind.COUNT: _count,
+    Kind.COUNTS: _counts,
+    Kind.RESOURCE: _extended_resource,
+    Kind.PRESETS: _presets,
+    Kind.PATH_TOKEN: _path_token,
+    Kind.BOOLEAN: _metrics,
+    Kind.DNS_SUBDOMAIN: _device_class,
+    Kind.CAPACITY: _capacity_name,
+    Kind.MEMORY: _gpu_memory,
+    Kind.POLICY: _not_in_the_environment,
+    Kind.NAMESPACES: _not_in_the_environment,
+}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from castslice.settings.names import DNS_LABEL, MAX_LABEL_LENGTH, is_label_value, label_key_problem
 from castslice.settings.rules import OPERATORS, NamespacePattern, Policy, Requirement, Rule
@@ -47,11 +47,15 @@ def load_policy(
     return Policy(policy.rules, compact)
 
 
-def read_policy_file(path: str) -> str:
-    """The text of a policy file; PolicyError names the path when it cannot be read."""
+def read_policy_file(path: str, stream: BinaryIO | None = None) -> str:
+    """The text of a policy file (or of `stream`, read once, named `path`); PolicyError
+    names the path when it cannot be read."""
     try:
-        with open(path, "rb") as stream:
+        if stream is not None:
             data = stream.read(MAX_POLICY_BYTES + 1)
+        else:
+            with open(path, "rb") as opened:
+                data = opened.read(MAX_POLICY_BYTES + 1)
     except OSError as error:
         raise PolicyError(f"cannot read {path}: {error.strerror or error}") from None
     if len(data) > MAX_POLICY_BYTES:

@@ -10,10 +10,15 @@ values.schema.json or the templates with their names.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import itertools
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ import yaml
 
 import castslice.faces.tls
 from castslice import __version__
+from castslice.faces.cli.settings import add_settings, config_from
 from castslice.faces.environment import load_config
 from castslice.settings.config import Config, ConfigError
 from tests.helm import (
@@ -30,9 +36,12 @@ from tests.helm import (
     Objects,
     castslice_output,
     claim_templates_command,
+    hook_events,
     run_helm,
     template,
+    template_args,
     template_error,
+    values_file,
 )
 
 from .test_manifests import assert_restricted
@@ -209,10 +218,13 @@ def comparable(
     chart: dict[str, Any], *, secret: bool, namespace: str = "gpu-ops"
 ) -> dict[str, Any]:
     """The chart's registration less what only Helm and cert-manager add: the chart's
-    own labels, and (with cert-manager) the annotation its cainjector reads."""
+    own labels, the hook annotations that order it after the Deployment, and (with
+    cert-manager) the annotation its cainjector reads."""
     metadata = copy_of(chart["metadata"])
     metadata["labels"] = {"app.kubernetes.io/name": metadata["labels"]["app.kubernetes.io/name"]}
     annotations = metadata.pop("annotations", {})
+    assert annotations.pop("helm.sh/hook") == "post-install,post-upgrade"
+    assert annotations.pop("helm.sh/hook-delete-policy") == "hook-failed"
     injected = annotations.pop("cert-manager.io/inject-ca-from", None)
     assert (injected is None) == secret
     if not secret:
@@ -224,6 +236,26 @@ def comparable(
 
 def copy_of(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def test_the_registration_is_applied_after_the_release_and_removed_first_at_uninstall(
+    helm: Path, tmp_path: Path
+) -> None:
+    result = run_helm(helm, *template_args(values_file(tmp_path, {})))
+    registrations = [
+        obj for obj in yaml.safe_load_all(result.stdout)
+        if obj and obj["kind"] == "MutatingWebhookConfiguration"
+    ]  # fmt: skip
+    assert [hook_events(obj) for obj in registrations] == [
+        {"post-install", "post-upgrade"},
+        {"pre-delete"},
+    ]
+    registration, remover = registrations
+    assert registration["metadata"]["name"] == remover["metadata"]["name"] == "castslice"
+    # The remover takes the registration's place (before-hook-creation), then goes itself.
+    policies = remover["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert set(policies.split(",")) == {"before-hook-creation", "hook-succeeded"}
+    assert remover["webhooks"] == []
 
 
 def test_the_chart_carries_the_generated_registration_file() -> None:
@@ -486,6 +518,29 @@ def test_a_registration_written_for_another_policy_is_refused(helm: Path, tmp_pa
     assert "policyRegistration was not written for this policy" in error
 
 
+@pytest.mark.parametrize("source", ["-", "/dev/stdin"])
+def test_a_policy_piped_in_is_read_once_and_installs_as_from_a_file(
+    helm: Path, tmp_path: Path, source: str
+) -> None:
+    from_file = policy_values(tmp_path)
+    piped = subprocess.run(
+        [sys.executable, "-m", "castslice", "webhook", "--helm-values", "--policy", source],
+        input=POLICY, capture_output=True, text=True, check=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")},
+    )  # fmt: skip
+    values = yaml.safe_load(piped.stdout)
+    assert values["policy"] == POLICY
+    assert values["policyRegistration"] == from_file["policyRegistration"]
+    enrolled = template(helm, tmp_path, values)
+    assert only_named(enrolled, "ConfigMap", "castslice-policy")["data"]["policy.yaml"] == POLICY
+
+
+def test_a_registration_beside_no_policy_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = {**policy_values(tmp_path), "policy": ""}
+    error = template_error(helm, tmp_path, values)
+    assert "policyRegistration was not written for this policy" in error
+
+
 def test_a_registration_written_for_another_gpu_resource_is_refused(
     helm: Path, tmp_path: Path
 ) -> None:
@@ -530,21 +585,53 @@ def test_an_existing_issuer_signs_the_serving_certificate(helm: Path, tmp_path: 
     ]
 
 
-def test_notes_name_the_next_step(helm: Path, tmp_path: Path) -> None:
-    path = tmp_path / "values.yaml"
-    path.write_text("{}\n")
-    result = run_helm(
-        helm,
-        "install",
-        "castslice",
-        str(CHART),
-        "-n",
-        "castslice",
-        "--dry-run=client",
-        "-f",
-        str(path),
-    )
-    assert "castslice doctor --name castslice" in result.stdout
+NOTES_RELEASES = {
+    "defaults": ("castslice", {}),
+    "dra": (
+        "castslice-b",
+        {
+            "backend": "dra", "slicesPerGpu": 8, "presets": {"dev": None, "notebook": 3},
+            "draGpuMemory": "80Gi", "draCapacity": "example.com/slices",
+            "defaultSlices": 2, "maxSliceRatio": 64,
+        },
+    ),
+    "nvidia": (
+        "gpu-sharing",
+        {
+            "backend": "nvidia", "sharingDegrees": [8, 2], "sharingStrategy": "mps",
+            "gpuResource": "example.com/gpu", "sharedResource": "example.com/gpu-slice",
+        },
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("release", NOTES_RELEASES)
+def test_notes_print_the_doctor_and_preview_commands_with_the_release_s_settings(
+    helm: Path, tmp_path: Path, release: str
+) -> None:
+    name, values = NOTES_RELEASES[release]
+    path = values_file(tmp_path, values)
+    args = ["install", name, str(CHART), "-n", "gpu-ops", "--dry-run=client", "-f", str(path)]
+    notes = run_helm(helm, *args).stdout.split("NOTES:", 1)[1]
+    (doctor,) = [line for line in notes.splitlines() if "castslice doctor" in line]
+    (preview,) = [line for line in notes.splitlines() if "castslice preview" in line]
+    doctor_words = shlex.split(doctor)
+    # Objects are named after a release that contains "castslice", else RELEASE-castslice.
+    fullname = name if "castslice" in name else f"{name}-castslice"
+    assert doctor_words[:4] == ["castslice", "doctor", "--name", fullname]
+    preview_words = shlex.split(preview)
+    assert preview_words[:4] == ["castslice", "preview", "-f", "my-pod.yaml"]
+    assert doctor_words[4:] == preview_words[4:]
+    # The commands, run as printed, configure themselves as the release's Pods are.
+    parser = argparse.ArgumentParser()
+    add_settings(parser)
+    commands = config_from(parser.parse_args(doctor_words[4:]), environ={})
+    objects = template(helm, tmp_path, values, release=name, namespace="gpu-ops")
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    assert commands == load_config(environment)
+    assert (doctor_words[4:] == []) == (release == "defaults")
 
 
 class TestDefaults:

@@ -4,18 +4,20 @@ cert-manager's CRDs come from its release module (tests/helm); cert-manager itse
 not run here, so no certificate is issued and the Deployment's Pods run only as KWOK
 plays them. What is checked is what the API server decides: every object of the
 release accepted and stored as written, an upgrade changing only the objects and
-fields its values change, and an uninstall leaving nothing, the registration gone
-before the Deployment.
+fields its values change, the registration applied only once the Deployment is Ready
+(`--wait`), and an uninstall leaving nothing, the registration gone before the
+Deployment.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import yaml
 
@@ -24,12 +26,14 @@ from tests.helm import (
     GoModuleUnavailable,
     castslice_output,
     cert_manager_crds,
+    hook_events,
     run_helm,
     values_file,
 )
 
 from .conftest import missing
 from .kubectl import Kubectl
+from .nodes import Pool, create_nodes, delete_nodes
 from .tools import MissingTool
 
 RELEASE = "gpu-share"
@@ -55,6 +59,14 @@ def cert_manager(kubectl_user: Kubectl) -> None:
         "wait", "--for=condition=Established", "--timeout=60s",
         *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds),
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def node(api: kubernetes.client.ApiClient) -> Iterator[str]:
+    """A node for the release's Pods (KWOK marks them Ready), deleted after the module."""
+    (created,) = create_nodes(api, "resource", [Pool("chart", None)])
+    yield created.name
+    delete_nodes(api, [created.name])
 
 
 @pytest.fixture
@@ -116,8 +128,15 @@ def assert_stored_as_written(chart: Any, stored: Any, where: str = "") -> None:
 
 
 def manifest_of(helm: Path, kubectl_user: Kubectl, tmp: Path, namespace: str) -> Path:
+    """The release's objects: its manifest and the hooks an install or upgrade applied."""
     path = tmp / f"manifest-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(helm_user(helm, kubectl_user, tmp, "get", "manifest", RELEASE, "-n", namespace))
+    manifest = helm_user(helm, kubectl_user, tmp, "get", "manifest", RELEASE, "-n", namespace)
+    hooks = helm_user(helm, kubectl_user, tmp, "get", "hooks", RELEASE, "-n", namespace)
+    applied = [
+        hook for hook in yaml.safe_load_all(hooks)
+        if hook and hook_events(hook) & {"post-install", "post-upgrade"}
+    ]  # fmt: skip
+    path.write_text(manifest + "---\n" + yaml.safe_dump_all(applied))
     return path
 
 
@@ -128,16 +147,31 @@ def documents(path: Path) -> Objects:
 def test_install_upgrade_and_uninstall(
     helm: Path,
     cert_manager: None,
+    node: str,
     kubectl_user: Kubectl,
     release_namespace: str,
     tmp_path: Path,
 ) -> None:
     namespace = release_namespace
     first = values_file(tmp_path, {"replicas": 2}, "first.yaml")
+    before = list_revision(kubectl_user, "mutatingwebhookconfigurations")
     helm_user(
         helm, kubectl_user, tmp_path,
         "install", RELEASE, str(CHART), "-n", namespace, "--create-namespace", "-f", str(first),
+        "--wait", "--timeout=3m",
     )  # fmt: skip
+
+    # The Deployment was Ready before the registration existed: no Pod was sent to a
+    # release that could not answer.
+    ready = first_event(
+        kubectl_user, "deployments", FULLNAME, namespace, before,
+        lambda event: event["object"].get("status", {}).get("readyReplicas", 0) >= 1,
+    )  # fmt: skip
+    registered = first_event(
+        kubectl_user, "mutatingwebhookconfigurations", FULLNAME, namespace, before,
+        lambda event: event["type"] == "ADDED",
+    )  # fmt: skip
+    assert ready < registered
 
     # Installed: every object accepted and stored as the chart wrote it.
     installed_manifest = manifest_of(helm, kubectl_user, tmp_path, namespace)
@@ -200,8 +234,7 @@ def test_install_upgrade_and_uninstall(
 
     # Uninstalled: nothing of the release left, the registration deleted before the Deployment.
     # The server's list (kubectl's own lists carry no resourceVersion): where to replay from.
-    now = kubectl_user.run("get", "--raw", f"/apis/{_GROUP_VERSION['deployments']}/deployments")
-    since = json.loads(now.stdout)["metadata"]["resourceVersion"]
+    since = list_revision(kubectl_user, "deployments")
     helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", namespace, "--wait")
     left = kubectl_user.run("get", "-f", str(upgraded_manifest), "--ignore-not-found", "-o", "name")
     assert left.stdout.strip() == ""
@@ -210,20 +243,34 @@ def test_install_upgrade_and_uninstall(
     )  # fmt: skip
     assert releases.stdout.strip() == ""
     deleted = {
-        kind: deletion_revision(kubectl_user, kind, name, namespace, since)
+        kind: first_event(
+            kubectl_user, kind, name, namespace, since, lambda e: e["type"] == "DELETED"
+        )
         for kind, name in (
             ("mutatingwebhookconfigurations", FULLNAME),
             ("deployments", FULLNAME),
         )
     }
-    # One etcd stores every object here: its revisions order the two deletions.
     assert deleted["mutatingwebhookconfigurations"] < deleted["deployments"]
 
 
-def deletion_revision(
-    kubectl_user: Kubectl, resource: str, name: str, namespace: str, since: str
+def list_revision(kubectl_user: Kubectl, resource: str) -> str:
+    """The server's current resourceVersion for `resource` (kubectl's own lists carry
+    none): where a watch replays from."""
+    listed = kubectl_user.run("get", "--raw", f"/apis/{_GROUP_VERSION[resource]}/{resource}")
+    return json.loads(listed.stdout)["metadata"]["resourceVersion"]
+
+
+def first_event(
+    kubectl_user: Kubectl,
+    resource: str,
+    name: str,
+    namespace: str,
+    since: str,
+    wanted: Callable[[dict[str, Any]], bool],
 ) -> int:
-    """The resourceVersion of the watch event that deleted `name`, replayed from `since`."""
+    """The resourceVersion of the first watch event on `name`, replayed from `since`, that
+    is `wanted`. One etcd stores every object here: revisions order events across kinds."""
     args = [
         "get", "--raw",
         f"/apis/{_GROUP_VERSION[resource]}"
@@ -232,15 +279,38 @@ def deletion_revision(
         "&timeoutSeconds=2",
     ]  # fmt: skip
     events = [json.loads(line) for line in kubectl_user.run(*args).stdout.splitlines() if line]
-    (revision,) = [
-        int(event["object"]["metadata"]["resourceVersion"])
-        for event in events
-        if event["type"] == "DELETED"
+    revisions = [
+        int(event["object"]["metadata"]["resourceVersion"]) for event in events if wanted(event)
     ]
-    return revision
+    assert revisions, f"no such event for {resource}/{name} since {since}: {events}"
+    return revisions[0]
 
 
 _GROUP_VERSION = {
     "mutatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
     "deployments": "apps/v1",
 }
+
+
+def test_a_release_whose_pods_never_get_ready_is_never_registered(
+    helm: Path, cert_manager: None, kubectl_user: Kubectl, release_namespace: str, tmp_path: Path
+) -> None:
+    # No node has this label: the Pods stay Pending, as a crash-looping release's stay unready.
+    values = values_file(tmp_path, {"nodeSelector": {"example.com/no-such-node": "true"}})
+    env = {
+        "KUBECONFIG": str(kubectl_user.kubeconfig),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_DATA_HOME": str(tmp_path / "data"),
+    }
+    result = run_helm(
+        helm, "install", RELEASE, str(CHART), "-n", release_namespace, "--create-namespace",
+        "-f", str(values), "--wait", "--timeout=20s", env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert f"Deployment/{release_namespace}/{FULLNAME} not ready" in result.stderr
+    registrations = kubectl_user.run(
+        "get", "mutatingwebhookconfigurations", FULLNAME, "--ignore-not-found", "-o", "name"
+    )  # fmt: skip
+    assert registrations.stdout.strip() == ""
+    run_helm(helm, "uninstall", RELEASE, "-n", release_namespace, "--wait", env=env)

@@ -101,13 +101,27 @@ def template(
     namespace: str = "castslice",
     kube_version: str | None = None,
 ) -> Objects:
-    """`helm template` of the chart with `values`: the objects it would install."""
+    """`helm template` of the chart with `values`: the objects it would install (its
+    uninstall hooks left out)."""
     path = values_file(directory, values)
     result = run_helm(
         helm,
         *template_args(path, release=release, namespace=namespace, kube_version=kube_version),
     )
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return installed_objects(result.stdout)
+
+
+def hook_events(obj: dict[str, Any]) -> set[str]:
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    return {event for event in annotations.get("helm.sh/hook", "").split(",") if event}
+
+
+def installed_objects(rendered: str) -> Objects:
+    """The objects of `helm template`'s output that an install creates: none of the hooks
+    that run only at uninstall."""
+    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    uninstall_only = [obj for obj in objects if hook_events(obj) <= {"pre-delete", "post-delete"}]
+    return [obj for obj in objects if not hook_events(obj) or obj not in uninstall_only]
 
 
 def template_error(helm: Path, directory: Path, values: Mapping[str, Any]) -> str:

@@ -15,41 +15,46 @@ from typing import NamedTuple
 
 from castslice.backends import BACKENDS
 from castslice.faces.environment import load_config
+from castslice.settings import table
 from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
 
 
 class Setting(NamedTuple):
-    flag: str
     variable: str
     metavar: str
     help: str
     choices: tuple[str, ...] | None = None
 
+    @property
+    def flag(self) -> str:
+        flag = table.setting(self.variable).flag
+        assert flag is not None, self.variable
+        return flag
+
 
 SETTINGS = (
-    Setting("--backend", "CASTSLICE_BACKEND", "NAME", "how Pods are placed", tuple(BACKENDS)),
-    Setting("--slices-per-gpu", "CASTSLICE_SLICES_PER_GPU", "N", "slices that make one GPU"),
+    Setting("CASTSLICE_BACKEND", "NAME", "how Pods are placed", tuple(BACKENDS)),
+    Setting("CASTSLICE_SLICES_PER_GPU", "N", "slices that make one GPU"),
     Setting(
-        "--sharing-degrees", "CASTSLICE_SHARING_DEGREES", "M,...",
-        "clients per GPU the sharing nodes offer, e.g. 2,4",
+        "CASTSLICE_SHARING_DEGREES", "M,...", "clients per GPU the sharing nodes offer, e.g. 2,4"
+    ),
+    Setting("CASTSLICE_SHARING_STRATEGY", "NAME", "time-slicing or mps", SHARING_STRATEGIES),
+    Setting("CASTSLICE_SHARED_RESOURCE", "NAME", "the resource written"),
+    Setting("CASTSLICE_GPU_RESOURCE", "NAME", "the resource rewritten"),
+    Setting("CASTSLICE_PRESETS", "T=N,...", "workload types and their slices"),
+    Setting(
+        "CASTSLICE_DEFAULT_SLICES", "N", "slices when no annotation or policy rule gives a count"
+    ),
+    Setting("CASTSLICE_MAX_SLICE_RATIO", "N", "the most slices a Pod may ask for"),
+    Setting(
+        "CASTSLICE_DRA_DEVICE_CLASS", "NAME", "the DeviceClass the dra backend's claims name"
     ),
     Setting(
-        "--sharing-strategy", "CASTSLICE_SHARING_STRATEGY", "NAME", "time-slicing or mps",
-        SHARING_STRATEGIES,
-    ),
-    Setting("--shared-resource", "CASTSLICE_SHARED_RESOURCE", "NAME", "the resource written"),
-    Setting("--gpu-resource", "CASTSLICE_GPU_RESOURCE", "NAME", "the resource rewritten"),
-    Setting("--presets", "CASTSLICE_PRESETS", "T=N,...", "workload types and their slices"),
-    Setting(
-        "--dra-device-class", "CASTSLICE_DRA_DEVICE_CLASS", "NAME",
-        "the DeviceClass the dra backend's claims name",
-    ),
-    Setting(
-        "--dra-capacity", "CASTSLICE_DRA_CAPACITY", "NAME",
+        "CASTSLICE_DRA_CAPACITY", "NAME",
         "the device capacity the dra backend's claims request shares of",
     ),
     Setting(
-        "--dra-gpu-memory", "CASTSLICE_DRA_GPU_MEMORY", "QUANTITY",
+        "CASTSLICE_DRA_GPU_MEMORY", "QUANTITY",
         "one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
     ),
 )  # fmt: skip

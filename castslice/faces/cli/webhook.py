@@ -18,6 +18,7 @@ from castslice.contract.definitions import DEFAULT_NAMESPACE
 from castslice.decision.selection import pod_match_conditions
 from castslice.faces.cli import EXIT_OK, CommandError
 from castslice.faces.cli.settings import SETTINGS, config_from, effective_environment
+from castslice.faces.manifest_files import STDIN
 from castslice.faces.registration import (
     DEFAULT_NAME,
     RegistrationError,
@@ -59,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         metavar="FILE",
-        help="the enrolment policy (YAML or JSON); default: CASTSLICE_POLICY or "
-        "CASTSLICE_POLICY_FILE from the environment",
+        help="the enrolment policy (YAML or JSON), read once; - is standard input; default: "
+        "CASTSLICE_POLICY or CASTSLICE_POLICY_FILE from the environment",
     )
     parser.add_argument(
         "--ca-bundle",
@@ -82,9 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = _with_policy(config_from(args), args.policy)
+    # Read once: a pipe (`-`, /dev/stdin) has nothing left for a second reading.
+    text = None if args.policy is None else _read_policy(args.policy)
+    config = _with_policy(config_from(args), args.policy, text)
     if args.helm_values:
-        return _print_helm_values(args, config)
+        return _print_helm_values(args, config, text)
     service = None
     if args.service is not None:
         namespace, slash, name = args.service.partition("/")
@@ -149,11 +152,14 @@ def command_line(args: argparse.Namespace) -> list[str]:
     return words
 
 
-def _print_helm_values(args: argparse.Namespace, config: Config) -> int:
+def _print_helm_values(args: argparse.Namespace, config: Config, text: str | None) -> int:
     """The chart's `policy` and `policyRegistration` values: the policy file as written, and
     the Pod webhook's matchConditions with what they were made for, which the chart checks."""
-    if args.policy is None:
+    if args.policy is None or text is None:
         raise CommandError("--helm-values needs --policy FILE: the policy the values carry")
+    if not text.strip():
+        # The chart mounts its own empty policy for "", which this registration is not for.
+        raise CommandError(f"--policy {args.policy} is empty: the values would carry no policy")
     for option, value, default in (
         ("--token", args.token, None),
         ("--ca-bundle", args.ca_bundle, None),
@@ -165,7 +171,6 @@ def _print_helm_values(args: argparse.Namespace, config: Config) -> int:
             raise CommandError(
                 f"{option} is for a registration; the chart sets it (see its values)"
             )
-    text = read_policy_file(args.policy)
     registration: dict[str, object] = {
         "policySha256": hashlib.sha256(text.encode()).hexdigest(),
         "gpuResource": config.gpu_resource,
@@ -178,12 +183,22 @@ def _print_helm_values(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
-def _with_policy(config: Config, path: str | None) -> Config:
-    if path is None:
-        return config
+def _read_policy(path: str) -> str:
+    """The --policy file's text; `-` is standard input."""
     try:
-        text = read_policy_file(path)
-        policy = load_policy(text, config.presets, config.max_slice_ratio, origin=path)
+        if path == STDIN:
+            return read_policy_file("standard input", sys.stdin.buffer)
+        return read_policy_file(path)
+    except PolicyError as error:
+        raise CommandError(str(error)) from None
+
+
+def _with_policy(config: Config, path: str | None, text: str | None) -> Config:
+    if path is None or text is None:
+        return config
+    origin = "standard input" if path == STDIN else path
+    try:
+        policy = load_policy(text, config.presets, config.max_slice_ratio, origin=origin)
     except PolicyError as error:
         raise CommandError(str(error)) from None
     return dataclasses.replace(config, policy=policy)

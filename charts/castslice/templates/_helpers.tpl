@@ -65,3 +65,8 @@ CASTSLICE_METRICS: {{ .Values.metrics.enabled | quote }}
 CASTSLICE_METRICS_PORT: {{ .Values.metrics.port | int | toString | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The policy the Pods read (CASTSLICE_POLICY_FILE), as the ConfigMap holds it. */}}
+{{- define "castslice.policyText" -}}
+{{- .Values.policy | default "rules: []\n" -}}
+{{- end -}}

@@ -1,0 +1,267 @@
+"""Every CASTSLICE_* setting in one table: its variable, its chart value, its kind, its range,
+its default and the rules it keeps with other settings.
+
+castslice.faces.environment validates the environment with it; castslice.faces.generated
+writes from it the chart's values.schema.json, its documented defaults in values.yaml, the
+template helper that refuses what a schema cannot state, and docs/configuration.md's table.
+A bound that names another setting (`maximum="CASTSLICE_MAX_SLICE_RATIO"`) is a rule
+between the two, checked wherever the table is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from castslice.settings.config import (
+    DEFAULT_PRESETS,
+    MAX_GPU_MEMORY,
+    MAX_SHARING_DEGREE,
+    MAX_SLICE_RATIO_CEILING,
+    SHARING_STRATEGIES,
+    Config,
+)
+
+
+class Kind(Enum):
+    """What a setting's text is; each kind has one parser (environment) and one schema."""
+
+    # One of `choices` (for CASTSLICE_BACKEND: the backend table's names, which only a
+    # face may know).
+    CHOICE = "choice"
+    # A whole number from `minimum` to `maximum`.
+    COUNT = "count"
+    # Whole numbers from `minimum` to `maximum`, comma-separated, each once.
+    COUNTS = "counts"
+    # An extended resource name, domain/name, outside kubernetes.io.
+    RESOURCE = "resource"
+    # type=slices, comma-separated, each type once; each count from 1 to `maximum`.
+    PRESETS = "presets"
+    # A URL path segment of at least MIN_PATH_TOKEN_LENGTH unreserved characters.
+    PATH_TOKEN = "path-token"
+    BOOLEAN = "boolean"
+    # A lowercase DNS subdomain (a DeviceClass name).
+    DNS_SUBDOMAIN = "dns-subdomain"
+    # A device capacity's qualified name.
+    CAPACITY = "capacity"
+    # A whole number of Mi, Gi or Ti up to `maximum` bytes.
+    MEMORY = "memory"
+    # The enrolment policy, as text or as a file's path; the chart writes it itself.
+    POLICY = "policy"
+    # Namespace names (a list of DNS labels); the chart's alone.
+    NAMESPACES = "namespaces"
+
+
+# The upper bound of every slice count, the rule CASTSLICE_MAX_SLICE_RATIO keeps with them.
+MAX_SLICE_RATIO = "CASTSLICE_MAX_SLICE_RATIO"
+BACKEND = "CASTSLICE_BACKEND"
+GPU_RESOURCE = "CASTSLICE_GPU_RESOURCE"
+
+
+@dataclass(frozen=True)
+class Setting:
+    # The environment variable, or for a setting of the chart alone its value's path.
+    variable: str
+    # The chart's value (a dotted path) or None: the chart does not set it.
+    value: str | None
+    kind: Kind
+    # The application's default, as the chart's values.yaml writes it (None: unset).
+    default: object
+    # What docs/configuration.md says it does (Markdown).
+    meaning: str
+    # The default as docs/configuration.md says it, where the value alone does not.
+    default_text: str | None = None
+    # A comment for values.yaml above the value, where its name does not say enough.
+    chart_note: str | None = None
+    minimum: int = 1
+    # An int, or the variable of the setting that bounds this one.
+    maximum: int | str | None = None
+    choices: tuple[str, ...] | None = None
+    # The variable of a setting this one may never equal (with this one's default derived
+    # from it through the backend when unset).
+    differs_from: str | None = None
+    # A number the chart keeps for itself (the webhook's own port).
+    reserved: int | None = None
+    # What one entry of a COUNTS setting is, for its refusal.
+    noun: str = "a count"
+    # The command line's flag for it (castslice.faces.cli.settings), or None: none.
+    flag: str | None = None
+
+    @property
+    def in_environment(self) -> bool:
+        return self.variable.startswith("CASTSLICE_")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        BACKEND, "backend", Kind.CHOICE, Config.backend,
+        "How Pods share GPUs: `resource`, `nvidia`, `gke` or `dra` ([backends.md](backends.md)). "
+        "With `nvidia` and `gke`, Pods that get whole GPUs (by default every preset but `dev`) "
+        "need GPU nodes without sharing ([backends.md](backends.md#whole-gpu-pods)).",
+        chart_note="docs/backends.md",
+        flag="--backend",
+    ),
+    Setting(
+        "CASTSLICE_SLICES_PER_GPU", "slicesPerGpu", Kind.COUNT, Config.slices_per_gpu,
+        "Slices that make one whole GPU (`S`). With 4, `training` (4) is one GPU, `inference` "
+        "(2) half, `dev` (1) a quarter. 1 to `CASTSLICE_MAX_SLICE_RATIO`.",
+        maximum=MAX_SLICE_RATIO,
+        flag="--slices-per-gpu",
+    ),
+    Setting(
+        "CASTSLICE_SHARING_DEGREES", "sharingDegrees", Kind.COUNTS, list(Config.sharing_degrees),
+        "Clients per GPU that your sharing nodes offer (NVIDIA `replicas`, GKE "
+        "`max-shared-clients-per-gpu`), comma-separated, each 2 to 1000, e.g. `2,4`. "
+        "Not used by `resource`.",
+        chart_note="Clients per GPU of the node pools or device-plugin configs (nvidia, gke).",
+        minimum=2,
+        maximum=MAX_SHARING_DEGREE,
+        noun="a clients-per-GPU count",
+        flag="--sharing-degrees",
+    ),
+    Setting(
+        "CASTSLICE_SHARING_STRATEGY", "sharingStrategy", Kind.CHOICE, Config.sharing_strategy,
+        "`time-slicing` or `mps`, as on your sharing nodes (GKE calls them `time-sharing` and "
+        "`mps`). Not used by `resource`.",
+        chart_note="nvidia, gke",
+        choices=SHARING_STRATEGIES,
+        flag="--sharing-strategy",
+    ),
+    Setting(
+        "CASTSLICE_SHARED_RESOURCE", "sharedResource", Kind.RESOURCE, None,
+        "The resource a shared Pod asks for. An extended resource name with a domain, not "
+        "`kubernetes.io`, different from `CASTSLICE_GPU_RESOURCE`. Not used by `gke`.",
+        default_text="`nvidia.com/gpu-shared`; with `nvidia`, `nvidia.com/gpu.shared`",
+        chart_note="null: the backend's default (nvidia.com/gpu-shared; nvidia.com/gpu.shared "
+        "for nvidia).",
+        differs_from=GPU_RESOURCE,
+        flag="--shared-resource",
+    ),
+    Setting(
+        GPU_RESOURCE, "gpuResource", Kind.RESOURCE, Config.gpu_resource,
+        "The resource that is rewritten.",
+        flag="--gpu-resource",
+    ),
+    Setting(
+        "CASTSLICE_PRESETS", "presets", Kind.PRESETS, dict(Config().presets),
+        "Workload types for `castops.io/workload-type`: `type=slices`, comma-separated, each "
+        "listed once; each count 1 to `CASTSLICE_MAX_SLICE_RATIO`.",
+        default_text=f"`{DEFAULT_PRESETS}`",
+        chart_note="Workload type -> slice count. Helm merges maps with the defaults: set a "
+        "default type to null to drop it.",
+        maximum=MAX_SLICE_RATIO,
+        flag="--presets",
+    ),
+    Setting(
+        "CASTSLICE_DEFAULT_SLICES", "defaultSlices", Kind.COUNT, Config.default_slices,
+        "Slices when neither the annotations nor a policy rule give a valid count. 1 to "
+        "`CASTSLICE_MAX_SLICE_RATIO`.",
+        maximum=MAX_SLICE_RATIO,
+        flag="--default-slices",
+    ),
+    Setting(
+        MAX_SLICE_RATIO, "maxSliceRatio", Kind.COUNT, Config.max_slice_ratio,
+        "Upper bound for `castops.io/slice-ratio`, at most 1000000. The slices per GPU, the "
+        "presets and the default must fit under it.",
+        maximum=MAX_SLICE_RATIO_CEILING,
+        flag="--max-slice-ratio",
+    ),
+    Setting(
+        "CASTSLICE_POLICY", None, Kind.POLICY, None,
+        "The [enrolment policy](#enrolment-policy), inline YAML or JSON.",
+    ),
+    Setting(
+        "CASTSLICE_POLICY_FILE", None, Kind.POLICY, None,
+        "A file holding the policy (at most 1 MiB, UTF-8). Set one of the two, not both.",
+    ),
+    Setting(
+        "CASTSLICE_PATH_TOKEN", "pathToken", Kind.PATH_TOKEN, None,
+        "When set, a review is served only when the last path segment of the URL equals it; "
+        "any other path gets a bare 404. At least 16 characters of `A-Z a-z 0-9 . _ ~ -`. "
+        "For a public URL ([security.md](security.md)).",
+        chart_note="The last path segment the API server calls; null: none. Kept in a Secret.",
+    ),
+    Setting(
+        "CASTSLICE_METRICS", "metrics.enabled", Kind.BOOLEAN, Config.metrics,
+        "`true` serves Prometheus metrics on a port of their own. Refused at start on Cloud "
+        "Run and Knative, whose URL is public "
+        "([operate.md](operate.md#prometheus-metrics-in-the-cluster)).",
+    ),
+    Setting(
+        "CASTSLICE_METRICS_PORT", "metrics.port", Kind.COUNT, Config.metrics_port,
+        "The metrics port, 1 to 65535.",
+        maximum=65535,
+        reserved=8443,
+    ),
+    Setting(
+        "CASTSLICE_DRA_DEVICE_CLASS", "draDeviceClass", Kind.DNS_SUBDOMAIN,
+        Config.dra_device_class,
+        "`dra`: the DeviceClass every claim names, a lowercase DNS subdomain.",
+        chart_note="The dra backend: the DeviceClass and the capacity its claims request.",
+        flag="--dra-device-class",
+    ),
+    Setting(
+        "CASTSLICE_DRA_CAPACITY", "draCapacity", Kind.CAPACITY, Config.dra_capacity,
+        "`dra`: the device capacity that counts shares (the NVIDIA DRA driver's "
+        "`--consumable-shares`); at most 32 letters, digits or `_`, optionally after a domain "
+        "and `/`.",
+        flag="--dra-capacity",
+    ),
+    Setting(
+        "CASTSLICE_DRA_GPU_MEMORY", "draGpuMemory", Kind.MEMORY, None,
+        "`dra`: one GPU's memory, a whole number of `Mi`, `Gi` or `Ti` from `1Mi` to `1024Ti` "
+        "(`80Gi`); each fractional claim then also asks for `s/S` of it as `memory`, rounded "
+        "up to whole MiB. Whole-device claims never ask for memory "
+        "([backends.md](backends.md#dra)).",
+        chart_note="The GPU memory each dra claim asks for a share of (null: none; else a "
+        "whole number of Mi, Gi or Ti from 1Mi to 1024Ti, as 80Gi).",
+        maximum=MAX_GPU_MEMORY,
+        flag="--dra-gpu-memory",
+    ),
+    Setting(
+        "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],
+        "The namespaces the chart creates the dra backend's ResourceClaimTemplates in.",
+        chart_note="ResourceClaimTemplates castslice-<s>-of-<slicesPerGpu> for the dra "
+        "backend, created in each namespace listed, one per slice count.",
+    ),
+    Setting(
+        "claimTemplates.slices", "claimTemplates.slices", Kind.COUNTS, [1, 2, 4],
+        "The slice counts the chart creates ResourceClaimTemplates for, each 1 to "
+        "`CASTSLICE_MAX_SLICE_RATIO` (`castslice claim-templates --slices`).",
+        maximum=MAX_SLICE_RATIO,
+        noun="a slice count",
+    ),
+)  # fmt: skip
+
+BY_VARIABLE = {setting.variable: setting for setting in SETTINGS}
+
+
+def setting(variable: str) -> Setting:
+    return BY_VARIABLE[variable]
+
+
+def chart_value(variable: str) -> str:
+    """The chart's value of a setting, as its refusals name it."""
+    value = BY_VARIABLE[variable].value
+    assert value is not None, variable
+    return value
+
+
+def upper_bound(setting: Setting) -> int:
+    """The largest value any configuration allows (a bound by another setting: its own)."""
+    bound = setting.maximum
+    while isinstance(bound, str):
+        bound = BY_VARIABLE[bound].maximum
+    assert bound is not None, setting.variable
+    return bound
+
+
+def environment_text(value: object) -> str:
+    """A value as its variable's text: lists comma-separated, maps type=count, booleans lower."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    if isinstance(value, dict):
+        return ",".join(f"{key}={count}" for key, count in value.items() if count is not None)
+    return str(value)

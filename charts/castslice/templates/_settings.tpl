@@ -1,0 +1,90 @@
+{{- /* Generated from castslice/settings/table.py by `make generate`; do not edit.
+
+The rules between settings that values.schema.json cannot state, each refused with
+the value's name as the application would refuse its variable. */}}
+{{- define "castslice.checkSettings" -}}
+{{- if gt (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "slicesPerGpu: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_SLICES_PER_GPU above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.slicesPerGpu) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- if and $.Values.sharedResource (gt (len (first (splitList "/" (toString $.Values.sharedResource)))) 253) }}
+{{- fail (printf "sharedResource: the domain of %q is longer than 253 characters (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
+{{- end }}
+{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
+{{- if eq ($.Values.sharedResource | default $default) $.Values.gpuResource }}
+{{- if $.Values.sharedResource }}
+{{- fail (printf "sharedResource: %q is also gpuResource; the shared resource must differ from the one it replaces (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
+{{- else }}
+{{- fail (printf "sharedResource: null is the %s backend's default %q, which is also gpuResource; set sharedResource to another resource (CASTSLICE_SHARED_RESOURCE)" $.Values.backend $default) }}
+{{- end }}
+{{- end }}
+{{- if and $.Values.gpuResource (gt (len (first (splitList "/" (toString $.Values.gpuResource)))) 253) }}
+{{- fail (printf "gpuResource: the domain of %q is longer than 253 characters (CASTSLICE_GPU_RESOURCE)" $.Values.gpuResource) }}
+{{- end }}
+{{- range $type, $count := $.Values.presets }}
+{{- if and (not (kindIs "invalid" $count)) (gt (int $count) (int $.Values.maxSliceRatio)) }}
+{{- fail (printf "presets.%s: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_PRESETS above CASTSLICE_MAX_SLICE_RATIO" $type (int $count) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- end }}
+{{- $kept := list }}
+{{- range $type, $count := $.Values.presets }}
+{{- if not (kindIs "invalid" $count) }}{{ $kept = append $kept $type }}{{ end }}
+{{- end }}
+{{- if not $kept }}
+{{- fail "presets: every entry is null; keep at least one (CASTSLICE_PRESETS cannot be empty)" }}
+{{- end }}
+{{- if gt (int $.Values.defaultSlices) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "defaultSlices: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_DEFAULT_SLICES above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.defaultSlices) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- range $.Values.claimTemplates.slices }}
+{{- if gt (int .) (int $.Values.maxSliceRatio) }}
+{{- fail (printf "claimTemplates.slices: %d is above maxSliceRatio (%d); the application refuses claimTemplates.slices above CASTSLICE_MAX_SLICE_RATIO" (int .) (int $.Values.maxSliceRatio)) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- /* The release's settings as `castslice` flags, the defaults left out. */}}
+{{- define "castslice.commandFlags" -}}
+{{- $flags := list }}
+{{- $value := "" }}
+{{- $value = "" }}
+{{- with $.Values.backend }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "resource") }}{{ $flags = append $flags (printf "--backend %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.slicesPerGpu | toString }}
+{{- if and $value (ne $value "4") }}{{ $flags = append $flags (printf "--slices-per-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $items := list }}
+{{- range $.Values.sharingDegrees }}{{ $items = append $items (int . | toString) }}{{ end }}
+{{- $value = join "," $items }}
+{{- if and $value (ne $value "4") }}{{ $flags = append $flags (printf "--sharing-degrees %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.sharingStrategy }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "time-slicing") }}{{ $flags = append $flags (printf "--sharing-strategy %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.sharedResource }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--shared-resource %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.gpuResource }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "nvidia.com/gpu") }}{{ $flags = append $flags (printf "--gpu-resource %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $items := list }}
+{{- range $type, $count := $.Values.presets }}{{ if not (kindIs "invalid" $count) }}{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}
+{{- $value = join "," $items }}
+{{- if and $value (ne $value "batch=2,dev=1,inference=2,training=4") }}{{ $flags = append $flags (printf "--presets %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.defaultSlices | toString }}
+{{- if and $value (ne $value "1") }}{{ $flags = append $flags (printf "--default-slices %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = int $.Values.maxSliceRatio | toString }}
+{{- if and $value (ne $value "1000") }}{{ $flags = append $flags (printf "--max-slice-ratio %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draDeviceClass }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "gpu.nvidia.com") }}{{ $flags = append $flags (printf "--dra-device-class %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draCapacity }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "shares") }}{{ $flags = append $flags (printf "--dra-capacity %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- join " " $flags }}
+{{- end -}}
+
+{{- /* A word the shell reads as it is: quoted unless plainly safe. */}}
+{{- define "castslice.shellWord" -}}
+{{- if regexMatch "^[-A-Za-z0-9._/=,:@]+$" . }}{{ . }}{{- else }}'{{ replace "'" "'\\''" . }}'{{ end }}
+{{- end -}}
