@@ -288,6 +288,9 @@ def test_templates_are_valid_and_name_the_configured_class_and_capacity() -> Non
                             "allocationMode": "ExactCount",
                             "count": 1,
                             "capacity": {"requests": {"example.com/slices": "1", "memory": "6Gi"}},
+                            "tolerations": [
+                                {"key": "castslice.castops.io/shared", "operator": "Exists"}
+                            ],
                         },
                     }
                 ]
@@ -530,3 +533,88 @@ def test_every_dra_patch_applies_validates_and_is_final(
     assert names <= {template_name(config, record["slices"])}
     again = review_response(client, make_review(patched))
     assert "patch" not in again
+
+
+def _driver_slice(node: str, devices: int = 1) -> dict:
+    """A ResourceSlice as the NVIDIA DRA driver publishes it with --consumable-shares=4."""
+    from tests.e2e.dra import resource_slice
+
+    return resource_slice(node, "uid", devices)
+
+
+def test_doctor_fails_while_the_charts_device_class_reaches_untainted_shareable_devices() -> None:
+    from castslice.backends.dra.claim_templates import device_taint_rule
+    from castslice.backends.dra.devices_check import assess_guard
+    from castslice.contract.findings import Status
+    from tests.e2e.dra import device_class
+
+    classes = [device_class()]
+    slices = [_driver_slice("a", 2), _driver_slice("b")]
+    unsafe = assess_guard(classes, slices, [])
+    assert unsafe.status == Status.FAILED
+    assert unsafe.message.startswith("3 shareable devices (a/gpu-0, a/gpu-1, b/gpu-0) without")
+    assert "DeviceClass gpu.nvidia.com (nvidia.com/gpu)" in unsafe.message
+    assert "infra/gpu-sharing/dra/device-taint-rule.yaml" in unsafe.fix
+
+    safe = assess_guard(classes, slices, [device_taint_rule()])
+    assert safe.status == Status.OK
+    assert safe.message.startswith("3 shareable devices tainted castslice.castops.io/shared")
+
+    # A rule for one pool guards only that pool; a rule of another driver or key, none.
+    pool_a = device_taint_rule()
+    pool_a["spec"]["deviceSelector"]["pool"] = "a"
+    other_key = device_taint_rule()
+    other_key["spec"]["taint"]["key"] = "example.com/other"
+    other_driver = device_taint_rule("gpu.example.com")
+    partly = assess_guard(classes, slices, [pool_a, other_key, other_driver])
+    assert partly.status == Status.FAILED
+    assert partly.message.startswith("1 shareable device (b/gpu-0) without")
+
+    # A taint the driver publishes on the device itself guards it too.
+    tainted = _driver_slice("a")
+    tainted["spec"]["devices"][0]["taints"] = [
+        {"key": "castslice.castops.io/shared", "effect": "NoSchedule"}
+    ]
+    assert assess_guard(classes, [tainted], []).status == Status.OK
+
+    # Without extendedResourceName only claims reach the devices.
+    plain_class = device_class()
+    del plain_class["spec"]["extendedResourceName"]
+    assert assess_guard([plain_class], slices, []).status == Status.OK
+
+
+def test_the_shipped_taint_rule_is_the_one_the_templates_tolerate() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from castslice.backends.dra.claim_templates import SHARED_TAINT, device_taint_rule
+
+    shipped = yaml.safe_load(
+        (Path(__file__).parent.parent / "infra/gpu-sharing/dra/device-taint-rule.yaml").read_text()
+    )
+    assert shipped == device_taint_rule()
+    validate(shipped)
+    config = load_config(DRA)
+    for template in claim_templates(config, [None], [1, 4, 8]):
+        [request] = template["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["tolerations"] == [{"key": SHARED_TAINT, "operator": "Exists"}]
+
+
+def test_doctor_warns_when_the_gpu_memory_setting_exceeds_what_devices_publish() -> None:
+    from castslice.backends.dra.devices_check import assess_devices
+    from castslice.contract.findings import Status
+    from tests.e2e.dra import device_class
+
+    # The fake devices publish a T4's 15Gi.
+    slices = [_driver_slice("a")]
+    fits = assess_devices(
+        load_config({**DRA, "CASTSLICE_DRA_GPU_MEMORY": "15Gi"}), device_class(), slices
+    )
+    assert fits.status == Status.OK
+    big = assess_devices(
+        load_config({**DRA, "CASTSLICE_DRA_GPU_MEMORY": "80Gi"}), device_class(), slices
+    )
+    assert big.status == Status.WARNING
+    assert "some publish memory 15Gi, less than CASTSLICE_DRA_GPU_MEMORY 80Gi" in big.message
+    assert "CASTSLICE_DRA_GPU_MEMORY" in big.fix

@@ -286,6 +286,7 @@ def claim_spec(count: int, requests: dict[str, str]) -> dict[str, Any]:
         "allocationMode": "ExactCount",
         "count": count,
         "capacity": {"requests": requests},
+        "tolerations": [{"key": "castslice.castops.io/shared", "operator": "Exists"}],
     }
     return {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
 

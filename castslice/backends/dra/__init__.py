@@ -111,6 +111,11 @@ class DraBackend(Backend):
                 devices_check.check_devices,
             ),
             NodeCheck(
+                devices_check.GUARD_CHECK,
+                "list deviceclasses, resourceslices and devicetaintrules",
+                devices_check.check_guard,
+            ),
+            NodeCheck(
                 templates_check.CHECK,
                 "list pods and resourceclaimtemplates",
                 templates_check.check_templates,

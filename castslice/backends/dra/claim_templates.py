@@ -19,6 +19,7 @@ Manifest = dict[str, Any]
 
 __all__ = [
     "API_VERSION",
+    "SHARED_TAINT",
     "TEMPLATE_PREFIX",
     "chosen_counts",
     "claim_template",
@@ -31,6 +32,13 @@ API_VERSION = "resource.k8s.io/v1"
 # The one request in every template; a container's claim names no request, so it gets all.
 REQUEST = "gpu"
 TEMPLATE_PREFIX = "castslice-"
+# The device taint that keeps claims CastSlice did not write off shareable devices. A Pod
+# asking plain `nvidia.com/gpu` is served through a DeviceClass's `extendedResourceName`
+# (KEP-5004) by a claim the scheduler writes with no capacity request and no toleration:
+# on an untainted shareable device it would take the capacity's default, one share.
+SHARED_TAINT = "castslice.castops.io/shared"
+# The NVIDIA DRA driver's name, in its ResourceSlices' `spec.driver`.
+NVIDIA_DRIVER = "gpu.nvidia.com"
 # The NVIDIA DRA driver's memory request policy steps in MiB; a claim rounds up to it.
 _MEMORY_STEP = MEBIBYTE
 
@@ -92,6 +100,8 @@ def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
         "allocationMode": "ExactCount",
         "count": shape.devices,
         "capacity": {"requests": requests},
+        # Every effect: NoExecute too would otherwise evict CastSlice's own Pods.
+        "tolerations": [{"key": SHARED_TAINT, "operator": "Exists"}],
     }
     return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
@@ -143,6 +153,27 @@ def default_counts(config: Config) -> TemplateCounts:
 def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:
     """The template counts for the slice counts given (`--slices`), each once, in order."""
     return tuple(sorted({template_slices(config, count) for count in asked}))
+
+
+def device_taint_rule(driver: str = NVIDIA_DRIVER) -> Manifest:
+    """The DeviceTaintRule that taints every device `driver` publishes.
+
+    A rule lives outside the driver's chart, so a `helm upgrade` of the driver keeps it;
+    the NVIDIA driver's `--consumable-shares` makes all its devices shareable, so one
+    rule per driver covers them.
+    """
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": f"{TEMPLATE_PREFIX}shared-{driver}",
+            "labels": {PART_OF[0]: PART_OF[1]},
+        },
+        "spec": {
+            "deviceSelector": {"driver": driver},
+            "taint": {"key": SHARED_TAINT, "value": "true", "effect": "NoSchedule"},
+        },
+    }
 
 
 def claim_template(config: Config, slices: int, namespace: str | None = None) -> Manifest:
