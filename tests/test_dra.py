@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -116,14 +117,73 @@ def test_every_gpu_container_gets_a_claim_of_its_own(
     pod = make_pod(
         opted_in(**{"castops.io/workload-type": "inference"}),
         containers=[gpu_container("app"), container("plain", requests={"cpu": "1"}), request_only],
-        init_containers=[gpu_container("warmup")],
+        init_containers=[{**gpu_container("proxy"), "restartPolicy": "Always"}],
     )
     response = review_response(client, make_review(pod))
     lists = ("initContainers", "containers")
     want = claimed(pod, ["castslice-2-of-4"] * 3, lists)
-    want = applied(want, 2, "workload-type", {"warmup": "1", "app": "1", "sidecar": "1"}, "dra")
+    want = applied(want, 2, "workload-type", {"proxy": "1", "app": "1", "sidecar": "1"}, "dra")
     assert apply_response(pod, response) == want
     validate(want)
+
+
+def test_a_plain_init_container_uses_the_first_app_containers_claim(
+    make_client: Callable[..., TestClient],
+) -> None:
+    """A model download before `training` costs no second GPU: the Pod holds max(init, app)."""
+    client = make_client(**DRA)
+    pod = make_pod(
+        opted_in(**{"castops.io/workload-type": "training"}),
+        containers=[gpu_container("trainer"), gpu_container("eval")],
+        init_containers=[
+            gpu_container("download"),
+            {**gpu_container("proxy"), "restartPolicy": "Always"},
+            gpu_container("warmup"),
+        ],
+    )
+    response = review_response(client, make_review(pod))
+    want = copy.deepcopy(pod)
+    spec = want["spec"]
+    for item, claim in zip(
+        [*spec["initContainers"], *spec["containers"]],
+        [
+            "castslice-gpu-1",
+            "castslice-gpu-0",
+            "castslice-gpu-1",
+            "castslice-gpu-1",
+            "castslice-gpu-2",
+        ],
+        strict=True,
+    ):
+        for field in ("requests", "limits"):
+            del item["resources"][field][GPU]
+        item["resources"]["claims"] = [{"name": claim}]
+    spec["resourceClaims"] = [
+        {"name": f"castslice-gpu-{n}", "resourceClaimTemplateName": "castslice-4-of-4"}
+        for n in range(3)
+    ]
+    original = {name: "1" for name in ("download", "proxy", "warmup", "trainer", "eval")}
+    want = applied(want, 4, "workload-type", original, "dra")
+    assert apply_response(pod, response) == want
+    validate(want)
+
+
+def test_plain_init_containers_without_a_gpu_app_container_share_one_claim(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**DRA)
+    pod = make_pod(
+        opted_in(),
+        containers=[container("app", requests={"cpu": "1"})],
+        init_containers=[gpu_container("first"), gpu_container("second")],
+    )
+    patched = apply_response(pod, review_response(client, make_review(pod)))
+    assert [c["resources"]["claims"] for c in patched["spec"]["initContainers"]] == [
+        [{"name": "castslice-gpu-0"}]
+    ] * 2
+    assert patched["spec"]["resourceClaims"] == [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-1-of-4"}
+    ]
 
 
 def test_an_empty_claims_list_is_appended_to(make_client: Callable[..., TestClient]) -> None:
@@ -521,9 +581,31 @@ def test_every_dra_patch_applies_validates_and_is_final(
     for item in gpu_users:
         for field in ("requests", "limits"):
             assert GPU not in (item["resources"].get(field) or {})
-    claims = [claim["name"] for item in gpu_users for claim in item["resources"]["claims"]]
-    assert claims == [entry["name"] for entry in spec.get("resourceClaims") or ()]
-    assert len(set(claims)) == len(claims)
+    entries = [entry["name"] for entry in spec.get("resourceClaims") or ()]
+    assert len(set(entries)) == len(entries)
+    assert {c["name"] for item in gpu_users for c in item["resources"]["claims"]} == set(entries)
+    # Containers that run side by side (apps, sidecars) never share a claim; a plain init
+    # container, which runs before them all, uses an app container's, or the first plain one's.
+    plain_init = [
+        item["resources"]["claims"]
+        for item in spec.get("initContainers") or ()
+        if item.get("resources", {}).get("claims") and item.get("restartPolicy") != "Always"
+    ]
+    long_lived = [
+        item["resources"]["claims"]
+        for name in ("initContainers", "containers")
+        for item in spec.get(name) or ()
+        if item.get("resources", {}).get("claims")
+        and (name == "containers" or item.get("restartPolicy") == "Always")
+    ]
+    assert len({c[0]["name"] for c in long_lived}) == len(long_lived)
+    apps = [
+        item["resources"]["claims"]
+        for item in spec.get("containers") or ()
+        if item.get("resources", {}).get("claims")
+    ]
+    for claims in plain_init:
+        assert claims == (apps[0] if apps else plain_init[0])
     if not gpu_users:
         assert "patch" not in response
         return
@@ -618,3 +700,25 @@ def test_doctor_warns_when_the_gpu_memory_setting_exceeds_what_devices_publish()
     assert big.status == Status.WARNING
     assert "some publish memory 15Gi, less than CASTSLICE_DRA_GPU_MEMORY 80Gi" in big.message
     assert "CASTSLICE_DRA_GPU_MEMORY" in big.fix
+
+
+def test_preview_diff_shows_the_init_container_using_the_apps_claim(tmp_path: Path) -> None:
+    pod = make_pod(
+        opted_in(**{"castops.io/workload-type": "training"}),
+        containers=[gpu_container("train")],
+        init_containers=[gpu_container("download")],
+    )
+    manifest = tmp_path / "trainer.yaml"
+    manifest.write_text(json.dumps(pod))
+    done = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", "--diff", "-f", str(manifest)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **DRA},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    added = [line for line in done.stdout.splitlines() if line.startswith("+")]
+    assert added.count("+      - name: castslice-gpu-0") == 2
+    assert "+  - name: castslice-gpu-0" in added
+    assert not any("castslice-gpu-1" in line for line in added)

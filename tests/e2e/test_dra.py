@@ -416,3 +416,30 @@ def test_pods_that_did_not_opt_in_never_share_a_device_with_any_claim(
     done = doctor(control_plane)
     [line] = [line for line in done.stdout.splitlines() if f"tainted {_GUARD}" in line]
     assert line.startswith(f"\N{CHECK MARK} 4 shareable devices tainted {_GUARD}")
+
+
+def test_a_training_pod_with_a_gpu_init_container_runs_on_one_gpu(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, templated: str, one_gpu: list[str]
+) -> None:
+    """As with a device plugin, the Pod needs max(init, app) GPUs: one, not two."""
+    namespace = templated
+    pod = gpu_pod("trainer", opted("training"))
+    pod["spec"]["initContainers"] = [
+        {"name": "download", "image": IMAGE, "resources": {"limits": {GPU: 1}}}
+    ]
+    apply(kubectl_user, namespace, [pod])
+
+    [up], _ = settle(api, namespace, runs=1, waits=0, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT)
+
+    [init] = up["spec"]["initContainers"]
+    [app] = up["spec"]["containers"]
+    assert (
+        init["resources"]["claims"] == app["resources"]["claims"] == [{"name": "castslice-gpu-0"}]
+    )
+    assert up["spec"]["resourceClaims"] == [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-4-of-4"}
+    ]
+    [claims] = claims_by_pod(api, namespace).values()
+    results = results_of(claims)
+    assert devices_of(results) == {(one_gpu[0], "gpu-0")}
+    assert [result["consumedCapacity"]["shares"] for result in results] == ["4"]
