@@ -249,6 +249,38 @@ def test_a_fractional_share_warns_what_dra_does_not_give(
     assert "warnings" not in review_response(client, make_review(whole))
 
 
+@pytest.mark.parametrize(
+    ("settings", "ratio", "missing"),
+    [
+        ({}, "8", "castslice-8-of-4"),
+        ({}, "5", "castslice-8-of-4"),
+        ({}, "3", None),
+        ({}, "4", None),
+        # Few enough reachable counts: every one is rendered.
+        ({"CASTSLICE_MAX_SLICE_RATIO": "16"}, "16", None),
+        ({"CASTSLICE_PRESETS": "training=8"}, "8", None),
+    ],
+)
+def test_a_slice_ratio_without_a_rendered_template_warns_naming_it(
+    make_client: Callable[..., TestClient], settings: dict, ratio: str, missing: str | None
+) -> None:
+    client = make_client(**DRA, **settings)
+    pod = dra_pod(opted_in(**{"castops.io/slice-ratio": ratio}))
+    warnings = review_response(client, make_review(pod)).get("warnings", [])
+    named = [w for w in warnings if "is not among the claim templates" in w]
+    if missing is None:
+        assert named == []
+    else:
+        assert named == [
+            f"dra: {missing} is not among the claim templates made for these settings (every "
+            "share of a GPU and the counts of the presets, the default and the policy), so the "
+            "Pod stays Pending unless its namespace has it: apply it with castslice "
+            "claim-templates --slices, or lower castops.io/slice-ratio"
+        ]
+        config = load_config({**DRA, **settings})
+        assert missing not in {template_name(config, c) for c in default_counts(config).counts}
+
+
 def test_the_record_keeps_the_pod_from_being_changed_again(
     make_client: Callable[..., TestClient],
 ) -> None:
@@ -408,6 +440,8 @@ def test_the_command_prints_the_renderer_output() -> None:
         (("-n", "Team_A"), "--namespace 'Team_A' is not a namespace name"),
         (("--dra-gpu-memory", "80G"), "--dra-gpu-memory='80G' must be one GPU's memory"),
         (("--dra-capacity", "9shares"), "--dra-capacity='9shares' is not a device capacity"),
+        (("--helm-values", "-n", "ml"), "--helm-values renders every template"),
+        (("--helm-values", "--slices", "8"), "--helm-values renders every template"),
     ],
 )
 def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> None:
@@ -415,6 +449,31 @@ def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> Non
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_namespaces_the_policy_enrols_by_name_get_templates_like_listed_ones(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "rules:\n"
+        "  - {name: production, namespaces: [prod], optimize: false}\n"
+        "  - {name: ml, namespaces: [ml, research, 'team-*'], optimize: true, slices: 8}\n"
+    )
+    env = {**DRA, "CASTSLICE_POLICY_FILE": str(policy)}
+    done = _cli("-n", "ml", "-n", "lab", **env)
+    assert done.returncode == 0, done.stderr
+    found = [
+        (t["metadata"]["namespace"], t["metadata"]["name"]) for t in yaml.safe_load_all(done.stdout)
+    ]
+    # The rule's 8 slices are two whole GPUs; `team-*` names no namespace yet.
+    names = [f"castslice-{s}-of-4" for s in (1, 2, 3, 4, 8)]
+    assert found == [(ns, name) for ns in ("ml", "lab", "research") for name in names]
+    refused = _cli("--helm-values", **env)
+    assert refused.returncode == 2
+    assert "castslice webhook --helm-values --policy FILE" in refused.stderr
 
 
 def test_the_flags_set_what_the_environment_would() -> None:

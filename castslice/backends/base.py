@@ -67,6 +67,10 @@ class ClaimTemplates(Protocol):
         self, namespaces: Sequence[str | None], counts: Sequence[int]
     ) -> list[Manifest]: ...
 
+    def enrolled_namespaces(self) -> tuple[str, ...]:
+        """The namespaces the enrolment policy names, which need the templates too."""
+        ...
+
 
 class NodeCheck(NamedTuple):
     """One of `castslice doctor`'s checks of what the nodes offer, as a backend defines it."""

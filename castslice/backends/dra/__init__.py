@@ -10,12 +10,18 @@ The scheduler's own bookkeeping then packs the claims onto devices.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from fractions import Fraction
 
 from castslice.backends.base import Backend, ClaimTemplates, LeftAlone, NodeCheck, Placement
 from castslice.backends.dra import devices_check, templates_check
-from castslice.backends.dra.claim_templates import DraClaimTemplates, claim_shape, template_name
+from castslice.backends.dra.claim_templates import (
+    DraClaimTemplates,
+    claim_shape,
+    default_counts,
+    template_name,
+)
 from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointer_token
@@ -119,14 +125,30 @@ class DraBackend(Backend):
             ]
         return operations
 
-    def notes(self, placement: Placement) -> tuple[str, ...]:
-        if placement.gpus >= 1:
-            return ()
-        share = f"{placement.gpus.numerator}/{placement.gpus.denominator}"
-        return (
-            f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get no "
-            "memory isolation from time-slicing",
+    @functools.cached_property
+    def _rendered_templates(self) -> frozenset[str]:
+        """The templates `castslice claim-templates` and the chart make for these settings."""
+        return frozenset(
+            template_name(self.config, count) for count in default_counts(self.config).counts
         )
+
+    def notes(self, placement: Placement) -> tuple[str, ...]:
+        notes = []
+        if placement.claim_template not in self._rendered_templates:
+            notes.append(
+                f"dra: {placement.claim_template} is not among the claim templates made for "
+                "these settings (every share of a GPU and the counts of the presets, the "
+                "default and the policy), so the Pod stays Pending unless its namespace has "
+                "it: apply it with castslice claim-templates --slices, or lower "
+                "castops.io/slice-ratio"
+            )
+        if placement.gpus < 1:
+            share = f"{placement.gpus.numerator}/{placement.gpus.denominator}"
+            notes.append(
+                f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get "
+                "no memory isolation from time-slicing"
+            )
+        return tuple(notes)
 
     def setup_hint(self) -> str:
         return devices_check.setup_hint(self.config)

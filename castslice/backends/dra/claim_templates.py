@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from castslice.backends.base import TemplateCounts, whole_gpus
-from castslice.settings.config import MEBIBYTE, Config
+from castslice.settings.config import MEBIBYTE, Config, memory_quantity
 
 Manifest = dict[str, Any]
 
@@ -25,6 +25,7 @@ __all__ = [
     "claim_template",
     "claim_templates",
     "default_counts",
+    "memory_quantity",
     "reachable_counts",
 ]
 
@@ -79,14 +80,6 @@ def claim_shape(config: Config, slices: int) -> ClaimShape:
         exact = Fraction(config.dra_gpu_memory * slices, per_gpu)
         memory = -(-exact // _MEMORY_STEP) * _MEMORY_STEP
     return ClaimShape(1, slices, memory)
-
-
-def memory_quantity(size: int) -> str:
-    """`size` bytes in the largest binary unit that keeps it whole (20Gi, 3840Mi)."""
-    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if size % unit == 0:
-            return f"{size // unit}{suffix}"
-    return str(size)
 
 
 def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
@@ -148,6 +141,23 @@ def default_counts(config: Config) -> TemplateCounts:
         f"{counts[-1]} so that slice-ratio cannot ask for more"
     )
     return TemplateCounts(counts, note)
+
+
+def enrolled_namespaces(config: Config) -> tuple[str, ...]:
+    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
+
+    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
+    """
+    if config.policy is None:
+        return ()
+    names = (
+        pattern.text
+        for rule in config.policy.rules
+        if rule.optimize
+        for pattern in rule.namespaces or ()
+        if pattern.regex is None
+    )
+    return tuple(dict.fromkeys(names))
 
 
 def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:
@@ -218,3 +228,6 @@ class DraClaimTemplates:
 
     def manifests(self, namespaces: Sequence[str | None], counts: Sequence[int]) -> list[Manifest]:
         return claim_templates(self.config, namespaces, counts)
+
+    def enrolled_namespaces(self) -> tuple[str, ...]:
+        return enrolled_namespaces(self.config)
