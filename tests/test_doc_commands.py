@@ -61,7 +61,10 @@ NEEDS = {
     "eval": "what another command prints (terraform output, against the deployed service)",
 }
 NEEDS_BY_SUBCOMMAND = {
-    "castslice": ({"preview", "webhook", "policy"}, "a live cluster (castslice doctor)"),
+    "castslice": (
+        {"preview", "webhook", "policy", "claim-templates"},
+        "a live cluster (castslice doctor)",
+    ),
     "kubectl": ({"kustomize"}, "a live cluster (kubectl)"),
 }
 OFFLINE = {
