@@ -471,6 +471,10 @@ def test_namespaces_the_policy_enrols_by_name_get_templates_like_listed_ones(
     # The rule's 8 slices are two whole GPUs; `team-*` names no namespace yet.
     names = [f"castslice-{s}-of-4" for s in (1, 2, 3, 4, 8)]
     assert found == [(ns, name) for ns in ("ml", "lab", "research") for name in names]
+    # Without -n the output is for `kubectl apply -n`, and says which namespaces to add.
+    bare = _cli(**env)
+    assert {t["metadata"].get("namespace") for t in yaml.safe_load_all(bare.stdout)} == {None}
+    assert "the policy enrols ml, research by name; give -n" in bare.stderr
     refused = _cli("--helm-values", **env)
     assert refused.returncode == 2
     assert "castslice webhook --helm-values --policy FILE" in refused.stderr

@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--namespace",
         action="append",
         default=[],
-        help="a namespace to render the templates in; repeat for more (default: none set, "
-        "so `kubectl apply -n NAMESPACE -f -` chooses)",
+        help="a namespace to render the templates in; repeat for more, and those the policy "
+        "enrols by name are added (default: none set, so `kubectl apply -n NAMESPACE -f -` "
+        "chooses)",
     )
     parser.add_argument(
         "--slices",
@@ -85,8 +86,19 @@ def run(args: argparse.Namespace) -> int:
         note = None
     if note:
         print(f"castslice claim-templates: {note}", file=sys.stderr)
-    namespaces = list(dict.fromkeys([*args.namespace, *templates.enrolled_namespaces()]))
-    manifests = templates.manifests(namespaces or [None], counts)
+    enrolled = templates.enrolled_namespaces()
+    if args.namespace:
+        namespaces: list[str | None] = list(dict.fromkeys([*args.namespace, *enrolled]))
+    else:
+        # Without a namespace the output is for `kubectl apply -n`; the policy's are named.
+        namespaces = [None]
+        if enrolled:
+            print(
+                f"castslice claim-templates: the policy enrols {', '.join(enrolled)} by name; "
+                "give -n for each namespace to render them there too",
+                file=sys.stderr,
+            )
+    manifests = templates.manifests(namespaces, counts)
     if args.output == "json":
         document = {"apiVersion": "v1", "kind": "List", "items": manifests}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
