@@ -722,6 +722,15 @@ def test_doctor_fails_while_the_charts_device_class_reaches_untainted_shareable_
     ]
     assert assess_guard(classes, [tainted], []).status == Status.OK
 
+    # A node that also runs the classic device plugin hands the same GPUs out twice.
+    plugged = {"metadata": {"name": "a"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
+    unplugged = {"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "8"}}}
+    both = assess_guard(classes, slices, [device_taint_rule()], [plugged, unplugged])
+    assert both.status == Status.FAILED
+    assert both.message.startswith("node a advertises nvidia.com/gpu from a device plugin")
+    assert "devicePlugin.enabled=false" in both.fix
+    assert assess_guard(classes, slices, [device_taint_rule()], [unplugged]).status == Status.OK
+
     # Without extendedResourceName only claims reach the devices.
     plain_class = device_class()
     del plain_class["spec"]["extendedResourceName"]

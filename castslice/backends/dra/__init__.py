@@ -165,7 +165,7 @@ class DraBackend(Backend):
             ),
             NodeCheck(
                 devices_check.GUARD_CHECK,
-                "list deviceclasses, resourceslices and devicetaintrules",
+                "list deviceclasses, resourceslices, devicetaintrules and nodes",
                 devices_check.check_guard,
             ),
             NodeCheck(

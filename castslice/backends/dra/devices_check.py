@@ -141,11 +141,16 @@ def check_guard(cluster: Cluster, config: Config) -> Result:
         if error.status != 404:
             raise
         rules = []
-    return assess_guard(classes, slices, rules)
+    nodes = list(cluster.list("/api/v1/nodes"))
+    return assess_guard(classes, slices, rules, nodes, config.gpu_resource)
 
 
 def assess_guard(
-    classes: Sequence[Manifest], slices: Sequence[Manifest], rules: Sequence[Manifest]
+    classes: Sequence[Manifest],
+    slices: Sequence[Manifest],
+    rules: Sequence[Manifest],
+    nodes: Sequence[Manifest] = (),
+    gpu_resource: str = "nvidia.com/gpu",
 ) -> Result:
     """Whether a Pod that never opted in can be given a share of a device through a
     DeviceClass's `extendedResourceName` (KEP-5004): the scheduler's claim for it asks for
@@ -161,8 +166,11 @@ def assess_guard(
     )
     unguarded: list[str] = []
     guarded = 0
+    sharing_nodes: set[str] = set()
     for resource_slice in slices:
         spec = resource_slice.get("spec") or {}
+        if any(d.get("allowMultipleAllocations") for d in spec.get("devices") or ()):
+            sharing_nodes.add(spec.get("nodeName") or "")
         driver = spec.get("driver") or ""
         pool = (spec.get("pool") or {}).get("name") or ""
         for device in spec.get("devices") or ():
@@ -175,6 +183,24 @@ def assess_guard(
                 guarded += 1
             else:
                 unguarded.append(f"{pool}/{name}")
+    plugged = sorted(
+        name
+        for node in nodes
+        if (name := (node.get("metadata") or {}).get("name") or "") in sharing_nodes
+        and _quantity(
+            str(((node.get("status") or {}).get("allocatable") or {}).get(gpu_resource, 0))
+        )
+    )
+    if plugged:
+        return failed(
+            GUARD_CHECK,
+            f"{'node' if len(plugged) == 1 else 'nodes'} {', '.join(plugged[:LISTED])} "
+            f"{'advertises' if len(plugged) == 1 else 'advertise'} "
+            f"{gpu_resource} from a device plugin beside shareable devices: the plugin "
+            "hands a Pod that never opted in a GPU that claims share",
+            "turn the classic NVIDIA device plugin off on the DRA nodes (GPU Operator: "
+            "devicePlugin.enabled=false)",
+        )
     if not mapped:
         return passed(
             GUARD_CHECK,
