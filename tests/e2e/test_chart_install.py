@@ -255,7 +255,7 @@ _DRA_POLICY = (
 )
 
 
-def template_names(kubectl_user: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
+def claim_templates_in(kubectl_user: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
     listed = kubectl_user.run("get", "resourceclaimtemplates", "-n", namespace, "-o", "json")
     return {item["metadata"]["name"]: item["spec"] for item in json.loads(listed.stdout)["items"]}
 
@@ -299,7 +299,7 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
         counts = {config.default_slices, *config.presets.values(), 7, *range(1, 4)}
         wanted = {backend.place(count).claim_template for count in counts}
         assert wanted == {f"castslice-{s}-of-4" for s in (1, 2, 3, 4, 8)}
-        by_namespace = {ns: template_names(kubectl_user, ns) for ns in (listed, enrolled, applied)}
+        by_namespace = {ns: claim_templates_in(kubectl_user, ns) for ns in (listed, enrolled, applied)}
         for namespace, found in by_namespace.items():
             assert set(found) == wanted, namespace
         # The chart's and the command's templates are the same objects.
