@@ -62,7 +62,10 @@ NEEDS = {
     "eval": "what another command prints (terraform output, against the deployed service)",
 }
 NEEDS_BY_SUBCOMMAND = {
-    "castslice": ({"preview", "webhook", "policy"}, "a live cluster (castslice doctor)"),
+    "castslice": (
+        {"preview", "webhook", "policy", "claim-templates"},
+        "a live cluster (castslice doctor)",
+    ),
     # `helm install` runs as a client-side dry run (the shim in helm_shim()): every check
     # the chart makes (its schema, its templates) without a cluster to send to.
     "helm": ({"install", "template", "lint"}, "a live cluster (helm)"),

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -116,14 +117,73 @@ def test_every_gpu_container_gets_a_claim_of_its_own(
     pod = make_pod(
         opted_in(**{"castops.io/workload-type": "inference"}),
         containers=[gpu_container("app"), container("plain", requests={"cpu": "1"}), request_only],
-        init_containers=[gpu_container("warmup")],
+        init_containers=[{**gpu_container("proxy"), "restartPolicy": "Always"}],
     )
     response = review_response(client, make_review(pod))
     lists = ("initContainers", "containers")
     want = claimed(pod, ["castslice-2-of-4"] * 3, lists)
-    want = applied(want, 2, "workload-type", {"warmup": "1", "app": "1", "sidecar": "1"}, "dra")
+    want = applied(want, 2, "workload-type", {"proxy": "1", "app": "1", "sidecar": "1"}, "dra")
     assert apply_response(pod, response) == want
     validate(want)
+
+
+def test_a_plain_init_container_uses_the_first_app_containers_claim(
+    make_client: Callable[..., TestClient],
+) -> None:
+    """A model download before `training` costs no second GPU: the Pod holds max(init, app)."""
+    client = make_client(**DRA)
+    pod = make_pod(
+        opted_in(**{"castops.io/workload-type": "training"}),
+        containers=[gpu_container("trainer"), gpu_container("eval")],
+        init_containers=[
+            gpu_container("download"),
+            {**gpu_container("proxy"), "restartPolicy": "Always"},
+            gpu_container("warmup"),
+        ],
+    )
+    response = review_response(client, make_review(pod))
+    want = copy.deepcopy(pod)
+    spec = want["spec"]
+    for item, claim in zip(
+        [*spec["initContainers"], *spec["containers"]],
+        [
+            "castslice-gpu-1",
+            "castslice-gpu-0",
+            "castslice-gpu-1",
+            "castslice-gpu-1",
+            "castslice-gpu-2",
+        ],
+        strict=True,
+    ):
+        for field in ("requests", "limits"):
+            del item["resources"][field][GPU]
+        item["resources"]["claims"] = [{"name": claim}]
+    spec["resourceClaims"] = [
+        {"name": f"castslice-gpu-{n}", "resourceClaimTemplateName": "castslice-4-of-4"}
+        for n in range(3)
+    ]
+    original = {name: "1" for name in ("download", "proxy", "warmup", "trainer", "eval")}
+    want = applied(want, 4, "workload-type", original, "dra")
+    assert apply_response(pod, response) == want
+    validate(want)
+
+
+def test_plain_init_containers_without_a_gpu_app_container_share_one_claim(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**DRA)
+    pod = make_pod(
+        opted_in(),
+        containers=[container("app", requests={"cpu": "1"})],
+        init_containers=[gpu_container("first"), gpu_container("second")],
+    )
+    patched = apply_response(pod, review_response(client, make_review(pod)))
+    assert [c["resources"]["claims"] for c in patched["spec"]["initContainers"]] == [
+        [{"name": "castslice-gpu-0"}]
+    ] * 2
+    assert patched["spec"]["resourceClaims"] == [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-1-of-4"}
+    ]
 
 
 def test_an_empty_claims_list_is_appended_to(make_client: Callable[..., TestClient]) -> None:
@@ -187,6 +247,38 @@ def test_a_fractional_share_warns_what_dra_does_not_give(
     ]
     whole = dra_pod(opted_in(**{"castops.io/workload-type": "training"}))
     assert "warnings" not in review_response(client, make_review(whole))
+
+
+@pytest.mark.parametrize(
+    ("settings", "ratio", "missing"),
+    [
+        ({}, "8", "castslice-8-of-4"),
+        ({}, "5", "castslice-8-of-4"),
+        ({}, "3", None),
+        ({}, "4", None),
+        # Few enough reachable counts: every one is rendered.
+        ({"CASTSLICE_MAX_SLICE_RATIO": "16"}, "16", None),
+        ({"CASTSLICE_PRESETS": "training=8"}, "8", None),
+    ],
+)
+def test_a_slice_ratio_without_a_rendered_template_warns_naming_it(
+    make_client: Callable[..., TestClient], settings: dict, ratio: str, missing: str | None
+) -> None:
+    client = make_client(**DRA, **settings)
+    pod = dra_pod(opted_in(**{"castops.io/slice-ratio": ratio}))
+    warnings = review_response(client, make_review(pod)).get("warnings", [])
+    named = [w for w in warnings if "is not among the claim templates" in w]
+    if missing is None:
+        assert named == []
+    else:
+        assert named == [
+            f"dra: {missing} is not among the claim templates made for these settings (every "
+            "share of a GPU and the counts of the presets, the default and the policy), so the "
+            "Pod stays Pending unless its namespace has it: apply it with castslice "
+            "claim-templates --slices, or lower castops.io/slice-ratio"
+        ]
+        config = load_config({**DRA, **settings})
+        assert missing not in {template_name(config, c) for c in default_counts(config).counts}
 
 
 def test_the_record_keeps_the_pod_from_being_changed_again(
@@ -288,6 +380,9 @@ def test_templates_are_valid_and_name_the_configured_class_and_capacity() -> Non
                             "allocationMode": "ExactCount",
                             "count": 1,
                             "capacity": {"requests": {"example.com/slices": "1", "memory": "6Gi"}},
+                            "tolerations": [
+                                {"key": "castslice.castops.io/shared", "operator": "Exists"}
+                            ],
                         },
                     }
                 ]
@@ -345,6 +440,8 @@ def test_the_command_prints_the_renderer_output() -> None:
         (("-n", "Team_A"), "--namespace 'Team_A' is not a namespace name"),
         (("--dra-gpu-memory", "80G"), "--dra-gpu-memory='80G' must be one GPU's memory"),
         (("--dra-capacity", "9shares"), "--dra-capacity='9shares' is not a device capacity"),
+        (("--helm-values", "-n", "ml"), "--helm-values renders every template"),
+        (("--helm-values", "--slices", "8"), "--helm-values renders every template"),
     ],
 )
 def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> None:
@@ -352,6 +449,35 @@ def test_the_command_names_bad_input(args: tuple[str, ...], message: str) -> Non
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_namespaces_the_policy_enrols_by_name_get_templates_like_listed_ones(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "rules:\n"
+        "  - {name: production, namespaces: [prod], optimize: false}\n"
+        "  - {name: ml, namespaces: [ml, research, 'team-*'], optimize: true, slices: 8}\n"
+    )
+    env = {**DRA, "CASTSLICE_POLICY_FILE": str(policy)}
+    done = _cli("-n", "ml", "-n", "lab", **env)
+    assert done.returncode == 0, done.stderr
+    found = [
+        (t["metadata"]["namespace"], t["metadata"]["name"]) for t in yaml.safe_load_all(done.stdout)
+    ]
+    # The rule's 8 slices are two whole GPUs; `team-*` names no namespace yet.
+    names = [f"castslice-{s}-of-4" for s in (1, 2, 3, 4, 8)]
+    assert found == [(ns, name) for ns in ("ml", "lab", "research") for name in names]
+    # Without -n the output is for `kubectl apply -n`, and says which namespaces to add.
+    bare = _cli(**env)
+    assert {t["metadata"].get("namespace") for t in yaml.safe_load_all(bare.stdout)} == {None}
+    assert "the policy enrols ml, research by name; give -n" in bare.stderr
+    refused = _cli("--helm-values", **env)
+    assert refused.returncode == 2
+    assert "castslice webhook --helm-values --policy FILE" in refused.stderr
 
 
 def test_the_flags_set_what_the_environment_would() -> None:
@@ -518,9 +644,31 @@ def test_every_dra_patch_applies_validates_and_is_final(
     for item in gpu_users:
         for field in ("requests", "limits"):
             assert GPU not in (item["resources"].get(field) or {})
-    claims = [claim["name"] for item in gpu_users for claim in item["resources"]["claims"]]
-    assert claims == [entry["name"] for entry in spec.get("resourceClaims") or ()]
-    assert len(set(claims)) == len(claims)
+    entries = [entry["name"] for entry in spec.get("resourceClaims") or ()]
+    assert len(set(entries)) == len(entries)
+    assert {c["name"] for item in gpu_users for c in item["resources"]["claims"]} == set(entries)
+    # Containers that run side by side (apps, sidecars) never share a claim; a plain init
+    # container, which runs before them all, uses an app container's, or the first plain one's.
+    plain_init = [
+        item["resources"]["claims"]
+        for item in spec.get("initContainers") or ()
+        if item.get("resources", {}).get("claims") and item.get("restartPolicy") != "Always"
+    ]
+    long_lived = [
+        item["resources"]["claims"]
+        for name in ("initContainers", "containers")
+        for item in spec.get(name) or ()
+        if item.get("resources", {}).get("claims")
+        and (name == "containers" or item.get("restartPolicy") == "Always")
+    ]
+    assert len({c[0]["name"] for c in long_lived}) == len(long_lived)
+    apps = [
+        item["resources"]["claims"]
+        for item in spec.get("containers") or ()
+        if item.get("resources", {}).get("claims")
+    ]
+    for claims in plain_init:
+        assert claims == (apps[0] if apps else plain_init[0])
     if not gpu_users:
         assert "patch" not in response
         return
@@ -530,3 +678,119 @@ def test_every_dra_patch_applies_validates_and_is_final(
     assert names <= {template_name(config, record["slices"])}
     again = review_response(client, make_review(patched))
     assert "patch" not in again
+
+
+def _driver_slice(node: str, devices: int = 1) -> dict:
+    """A ResourceSlice as the NVIDIA DRA driver publishes it with --consumable-shares=4."""
+    from tests.e2e.dra import resource_slice
+
+    return resource_slice(node, "uid", devices)
+
+
+def test_doctor_fails_while_the_charts_device_class_reaches_untainted_shareable_devices() -> None:
+    from castslice.backends.dra.claim_templates import device_taint_rule
+    from castslice.backends.dra.devices_check import assess_guard
+    from castslice.contract.findings import Status
+    from tests.e2e.dra import device_class
+
+    classes = [device_class()]
+    slices = [_driver_slice("a", 2), _driver_slice("b")]
+    unsafe = assess_guard(classes, slices, [])
+    assert unsafe.status == Status.FAILED
+    assert unsafe.message.startswith("3 shareable devices (a/gpu-0, a/gpu-1, b/gpu-0) without")
+    assert "DeviceClass gpu.nvidia.com (nvidia.com/gpu)" in unsafe.message
+    assert "infra/gpu-sharing/dra/device-taint-rule.yaml" in unsafe.fix
+
+    safe = assess_guard(classes, slices, [device_taint_rule()])
+    assert safe.status == Status.OK
+    assert safe.message.startswith("3 shareable devices tainted castslice.castops.io/shared")
+
+    # A rule for one pool guards only that pool; a rule of another driver or key, none.
+    pool_a = device_taint_rule()
+    pool_a["spec"]["deviceSelector"]["pool"] = "a"
+    other_key = device_taint_rule()
+    other_key["spec"]["taint"]["key"] = "example.com/other"
+    other_driver = device_taint_rule("gpu.example.com")
+    partly = assess_guard(classes, slices, [pool_a, other_key, other_driver])
+    assert partly.status == Status.FAILED
+    assert partly.message.startswith("1 shareable device (b/gpu-0) without")
+
+    # A taint the driver publishes on the device itself guards it too.
+    tainted = _driver_slice("a")
+    tainted["spec"]["devices"][0]["taints"] = [
+        {"key": "castslice.castops.io/shared", "effect": "NoSchedule"}
+    ]
+    assert assess_guard(classes, [tainted], []).status == Status.OK
+
+    # A node that also runs the classic device plugin hands the same GPUs out twice.
+    plugged = {"metadata": {"name": "a"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}
+    unplugged = {"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "8"}}}
+    both = assess_guard(classes, slices, [device_taint_rule()], [plugged, unplugged])
+    assert both.status == Status.FAILED
+    assert both.message.startswith("node a advertises nvidia.com/gpu from a device plugin")
+    assert "devicePlugin.enabled=false" in both.fix
+    assert assess_guard(classes, slices, [device_taint_rule()], [unplugged]).status == Status.OK
+
+    # Without extendedResourceName only claims reach the devices.
+    plain_class = device_class()
+    del plain_class["spec"]["extendedResourceName"]
+    assert assess_guard([plain_class], slices, []).status == Status.OK
+
+
+def test_the_shipped_taint_rule_is_the_one_the_templates_tolerate() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from castslice.backends.dra.claim_templates import SHARED_TAINT, device_taint_rule
+
+    shipped = yaml.safe_load(
+        (Path(__file__).parent.parent / "infra/gpu-sharing/dra/device-taint-rule.yaml").read_text()
+    )
+    assert shipped == device_taint_rule()
+    validate(shipped)
+    config = load_config(DRA)
+    for template in claim_templates(config, [None], [1, 4, 8]):
+        [request] = template["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["tolerations"] == [{"key": SHARED_TAINT, "operator": "Exists"}]
+
+
+def test_doctor_warns_when_the_gpu_memory_setting_exceeds_what_devices_publish() -> None:
+    from castslice.backends.dra.devices_check import assess_devices
+    from castslice.contract.findings import Status
+    from tests.e2e.dra import device_class
+
+    # The fake devices publish a T4's 15Gi.
+    slices = [_driver_slice("a")]
+    fits = assess_devices(
+        load_config({**DRA, "CASTSLICE_DRA_GPU_MEMORY": "15Gi"}), device_class(), slices
+    )
+    assert fits.status == Status.OK
+    big = assess_devices(
+        load_config({**DRA, "CASTSLICE_DRA_GPU_MEMORY": "80Gi"}), device_class(), slices
+    )
+    assert big.status == Status.WARNING
+    assert "some publish memory 15Gi, less than CASTSLICE_DRA_GPU_MEMORY 80Gi" in big.message
+    assert "CASTSLICE_DRA_GPU_MEMORY" in big.fix
+
+
+def test_preview_diff_shows_the_init_container_using_the_apps_claim(tmp_path: Path) -> None:
+    pod = make_pod(
+        opted_in(**{"castops.io/workload-type": "training"}),
+        containers=[gpu_container("train")],
+        init_containers=[gpu_container("download")],
+    )
+    manifest = tmp_path / "trainer.yaml"
+    manifest.write_text(json.dumps(pod))
+    done = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", "--diff", "-f", str(manifest)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **DRA},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    added = [line for line in done.stdout.splitlines() if line.startswith("+")]
+    assert added.count("+      - name: castslice-gpu-0") == 2
+    assert "+  - name: castslice-gpu-0" in added
+    assert not any("castslice-gpu-1" in line for line in added)

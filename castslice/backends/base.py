@@ -68,6 +68,10 @@ class ClaimTemplates(Protocol):
         self, namespaces: Sequence[str | None], counts: Sequence[int]
     ) -> list[Manifest]: ...
 
+    def enrolled_namespaces(self) -> tuple[str, ...]:
+        """The namespaces the enrolment policy names, which need the templates too."""
+        ...
+
 
 class GpuPlace(NamedTuple):
     """A physical GPU a report can name, or a node's GPUs where the platform does not say

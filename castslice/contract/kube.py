@@ -20,6 +20,8 @@ class ResourceRequirements(TypedDict, total=False):
 class Container(TypedDict, total=False):
     name: str | None
     resources: ResourceRequirements | None
+    # `Always` on an init container makes it a sidecar, which runs beside the app (DRA).
+    restartPolicy: str | None
 
 
 class PodSpec(TypedDict, total=False):

@@ -50,3 +50,11 @@ class Config:
     dra_device_class: str = "gpu.nvidia.com"
     dra_capacity: str = "shares"
     dra_gpu_memory: int | None = None
+
+
+def memory_quantity(size: int) -> str:
+    """`size` bytes in the largest binary unit that keeps it whole (20Gi, 3840Mi)."""
+    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)

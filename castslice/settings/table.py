@@ -224,13 +224,6 @@ SETTINGS: tuple[Setting, ...] = (
         chart_note="ResourceClaimTemplates castslice-<s>-of-<slicesPerGpu> for the dra "
         "backend, created in each namespace listed, one per slice count.",
     ),
-    Setting(
-        "claimTemplates.slices", "claimTemplates.slices", Kind.COUNTS, [1, 2, 4],
-        "The slice counts the chart creates ResourceClaimTemplates for, each 1 to "
-        "`CASTSLICE_MAX_SLICE_RATIO` (`castslice claim-templates --slices`).",
-        maximum=MAX_SLICE_RATIO,
-        noun="a slice count",
-    ),
 )  # fmt: skip
 
 BY_VARIABLE = {setting.variable: setting for setting in SETTINGS}

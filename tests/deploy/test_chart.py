@@ -35,7 +35,7 @@ from tests.helm import (
     CHART,
     Objects,
     castslice_output,
-    claim_templates_command,
+    generated_claim_templates,
     hook_events,
     run_helm,
     template,
@@ -132,10 +132,19 @@ def case_values(case: Case, tmp_path: Path) -> dict[str, Any]:
         "gpuResource": "example.com/gpu",
         "pathToken": SAMPLE_TOKEN,
     }
-    if case.backend == "dra":
-        values["claimTemplates"] = {"namespaces": ["research", "team-a"], "slices": [1, 3, 8, 12]}
+    # The settings above, for the commands that write values for them.
+    env = {
+        "CASTSLICE_BACKEND": case.backend,
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_SHARING_DEGREES": "2,8",
+        "CASTSLICE_GPU_RESOURCE": "example.com/gpu",
+    }
     if case.policy:
-        values.update(policy_values(tmp_path, env={"CASTSLICE_GPU_RESOURCE": "example.com/gpu"}))
+        values.update(policy_values(tmp_path, env=env))
+    elif case.backend == "dra":
+        values["claimTemplates"] = {"generated": generated_claim_templates(env)}
+    if case.backend == "dra":
+        values["claimTemplates"]["namespaces"] = ["research", "team-a"]
     if case.metrics:
         values["metrics"] = {"enabled": True, "port": 9191, "podMonitor": {"enabled": True}}
     if case.secret:
@@ -318,62 +327,81 @@ def claim_spec(count: int, requests: dict[str, str]) -> dict[str, Any]:
         "allocationMode": "ExactCount",
         "count": count,
         "capacity": {"requests": requests},
+        "tolerations": [{"key": "castslice.castops.io/shared", "operator": "Exists"}],
     }
     return {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.backend == "dra"][:1], ids=lambda c: c.id)
-def test_dra_claim_templates_share_one_gpu_below_a_whole_one_and_count_gpus_above(
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c.backend == "dra" and not c.metrics and not c.secret],
+    ids=lambda c: c.id,
+)
+def test_dra_claim_templates_cover_every_share_and_every_configured_count_in_each_namespace(
     rendered: dict[str, Objects], case: Case
 ) -> None:
     templates = of_kind(rendered[case.id], "ResourceClaimTemplate")
     found = {(t["metadata"]["namespace"], t["metadata"]["name"]): t["spec"] for t in templates}
-    # 12 slices of 8 per GPU are two whole GPUs: the template for 16 serves them.
+    # 8 per GPU and slice-ratio up to 1000 are 132 templates, too many: every share of one
+    # GPU (1 to 7) and a whole one. The policy enrols `research` by name (its globs, none).
     expected = {
-        "castslice-1-of-8": claim_spec(1, {"shares": "1"}),
-        "castslice-3-of-8": claim_spec(1, {"shares": "3"}),
+        **{f"castslice-{s}-of-8": claim_spec(1, {"shares": str(s)}) for s in range(1, 8)},
         "castslice-8-of-8": claim_spec(1, {"shares": "8"}),
-        "castslice-16-of-8": claim_spec(2, {"shares": "8"}),
     }
-    assert found == {
-        (namespace, name): spec
-        for namespace in ("research", "team-a")
-        for name, spec in expected.items()
-    }
+    namespaces = ["research", "team-a"]
+    assert found == {(ns, name): spec for ns in namespaces for name, spec in expected.items()}
     for claim_template in templates:
         assert claim_template["metadata"]["labels"]["app.kubernetes.io/part-of"] == "castslice"
 
 
+def with_generated(helm: Path, tmp_path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the claimTemplates.generated that `castslice claim-templates
+    --helm-values` writes for the settings the chart gives the Deployment."""
+    values = copy_of(values)
+    templates = values.setdefault("claimTemplates", {})
+    listed = templates.pop("namespaces", [])
+    environment = chart_environment(template(helm, tmp_path, values))
+    return {
+        **values,
+        "claimTemplates": {
+            "namespaces": listed,
+            **{"generated": generated_claim_templates(environment)},
+        },
+    }
+
+
+def chart_environment(objects: Objects) -> dict[str, str]:
+    """The CASTSLICE_* settings the chart gives castslice's container."""
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    environment = container_environment_with_secrets(objects, container)
+    del environment["CASTSLICE_POLICY_FILE"]
+    return environment
+
+
 @pytest.mark.parametrize(
     ("memory", "per_gpu", "slices", "share"),
-    [("80Gi", 8, 3, "30Gi"), ("80Gi", 3, 1, "27307Mi"), ("24576Mi", 8, 1, "3Gi"),
+    [("80Gi", 8, 3, "30Gi"), ("80Gi", 3, 1, "27307Mi"), ("24Gi", 8, 1, "3Gi"),
      ("2Ti", 2, 1, "1Ti")],
 )  # fmt: skip
 def test_a_share_of_one_gpu_asks_for_its_share_of_the_memory_rounded_up_to_a_mebibyte(
     helm: Path, tmp_path: Path, memory: str, per_gpu: int, slices: int, share: str
 ) -> None:
-    values = {
-        "backend": "dra",
-        "slicesPerGpu": per_gpu,
-        "draGpuMemory": memory,
-        "claimTemplates": {"namespaces": ["research"], "slices": [slices, per_gpu]},
-    }
-    templates = of_kind(template(helm, tmp_path, values), "ResourceClaimTemplate")
-    specs = {t["metadata"]["name"]: t["spec"] for t in templates}
-    assert specs == {
-        f"castslice-{slices}-of-{per_gpu}": claim_spec(1, {"shares": str(slices), "memory": share}),
-        # A whole GPU asks for every share and no memory.
-        f"castslice-{per_gpu}-of-{per_gpu}": claim_spec(1, {"shares": str(per_gpu)}),
-    }
+    values = {"backend": "dra", "slicesPerGpu": per_gpu, "draGpuMemory": memory}
+    values["claimTemplates"] = {"namespaces": ["research"]}
+    objects = template(helm, tmp_path, with_generated(helm, tmp_path, values))
+    specs = {t["metadata"]["name"]: t["spec"] for t in of_kind(objects, "ResourceClaimTemplate")}
+    assert specs[f"castslice-{slices}-of-{per_gpu}"] == claim_spec(
+        1, {"shares": str(slices), "memory": share}
+    )
+    # A whole GPU asks for every share and no memory.
+    assert specs[f"castslice-{per_gpu}-of-{per_gpu}"] == claim_spec(1, {"shares": str(per_gpu)})
 
 
-def claim_templates_from_castslice(
-    namespaces: list[str], slices: list[int], env: dict[str, str]
-) -> Objects:
-    """`castslice claim-templates` for the chart's claimTemplates, with the CASTSLICE_*
-    settings `env`. Compare with chart_claim_templates(); the chart adds only its labels."""
-    output = castslice_output(claim_templates_command(namespaces, slices), env)
-    return [doc for doc in yaml.safe_load_all(output) if doc]
+def claim_templates_from_castslice(namespaces: list[str], env: dict[str, str]) -> Objects:
+    """`castslice claim-templates -n NAMESPACE...` with the CASTSLICE_* settings `env`.
+    Compare with chart_claim_templates(); the chart adds only its labels."""
+    args = ["claim-templates", *[word for namespace in namespaces for word in ("-n", namespace)]]
+    return [doc for doc in yaml.safe_load_all(castslice_output(args, env)) if doc]
 
 
 # The labels every object of the chart carries (castslice.labels), and only the chart's.
@@ -400,22 +428,19 @@ def chart_claim_templates(objects: Objects) -> Objects:
 
 # (values, what they cover): every setting a claim template depends on, set and unset.
 CLAIM_TEMPLATE_CASES = [
-    ({}, "the defaults: 4 per GPU, slices 1, 2, 4, no memory"),
-    ({"claimTemplates": {"namespaces": ["research", "team-a"], "slices": [1, 3, 8, 12]},
-      "slicesPerGpu": 8}, "two namespaces; 12 of 8 is the template for 16"),
-    ({"slicesPerGpu": 3, "draGpuMemory": "80Gi",
-      "claimTemplates": {"slices": [1, 2, 3, 4, 7]}}, "memory rounded up to a MiB: 27307Mi"),
-    ({"draGpuMemory": "24576Mi", "claimTemplates": {"slices": [3, 1, 2, 5, 8, 9]}},
-     "an unsorted list; 5 and 8 share one template"),
-    ({"slicesPerGpu": 8, "draGpuMemory": "1024Ti", "claimTemplates": {"slices": [1, 7, 64]}},
+    ({}, "the defaults: 4 per GPU, slices 1 to 4, no memory"),
+    ({"claimTemplates": {"namespaces": ["research", "team-a"]}, "slicesPerGpu": 8,
+      "maxSliceRatio": 24}, "two namespaces; every count up to 24 of 8: 1-7, 8, 16, 24"),
+    ({"slicesPerGpu": 3, "draGpuMemory": "80Gi"}, "memory rounded up to a MiB: 27307Mi"),
+    ({"presets": {"training": 12, "dev": 3}, "defaultSlices": 6}, "presets and the default "
+     "beyond a GPU, with too many reachable counts: 8 and 12 rendered"),
+    ({"slicesPerGpu": 8, "draGpuMemory": "1024Ti", "maxSliceRatio": 64},
      "the largest memory, in Ti"),
-    ({"slicesPerGpu": 4, "draGpuMemory": "7Mi", "claimTemplates": {"slices": [1, 3]}},
-     "a share below a MiB's multiple: 2Mi and 6Mi"),
-    ({"slicesPerGpu": 1, "draGpuMemory": "40Gi", "claimTemplates": {"slices": [1, 2, 3]}},
+    ({"slicesPerGpu": 4, "draGpuMemory": "7Mi"}, "a share below a MiB's multiple: 2Mi and 6Mi"),
+    ({"slicesPerGpu": 1, "draGpuMemory": "40Gi", "maxSliceRatio": 4},
      "one slice per GPU: only whole devices, never memory"),
     ({"draDeviceClass": "gpu.example.com", "draCapacity": "example.com/slices",
-      "slicesPerGpu": 10, "draGpuMemory": "1Ti",
-      "claimTemplates": {"namespaces": ["ml"], "slices": [1, 3, 5, 9, 10, 25]}},
+      "slicesPerGpu": 10, "draGpuMemory": "1Ti", "claimTemplates": {"namespaces": ["ml"]}},
      "another device class and a qualified capacity name"),
 ]  # fmt: skip
 
@@ -428,16 +453,90 @@ def test_the_claim_templates_are_what_castslice_claim_templates_renders(
 ) -> None:
     values = {"backend": "dra", **values}
     values["claimTemplates"] = {"namespaces": ["research"], **values.get("claimTemplates", {})}
-    objects = template(helm, tmp_path, values)
+    objects = template(helm, tmp_path, with_generated(helm, tmp_path, values))
     # castslice runs with the very settings the chart gives the Deployment.
-    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    environment = container_environment_with_secrets(objects, container)
-    del environment["CASTSLICE_POLICY_FILE"]
-    claim_templates = values["claimTemplates"]
-    slices = claim_templates.get("slices", [1, 2, 4])
-    expected = claim_templates_from_castslice(claim_templates["namespaces"], slices, environment)
+    expected = claim_templates_from_castslice(
+        values["claimTemplates"]["namespaces"], chart_environment(objects)
+    )
     assert expected
     assert chart_claim_templates(objects) == expected
+    config = load_config(chart_environment(objects))
+    names = {t["metadata"]["name"] for t in expected}
+    for count in (
+        config.default_slices,
+        *config.presets.values(),
+        *range(1, config.slices_per_gpu),
+    ):
+        assert template_name_for(config, count) in names
+
+
+def template_name_for(config: Config, slices: int) -> str:
+    from castslice.backends.dra.claim_templates import template_name
+
+    return template_name(config, slices)
+
+
+def test_the_charts_default_templates_are_castslice_output_for_the_defaults() -> None:
+    shipped = yaml.safe_load((CHART / "files/claim-templates.yaml").read_text())
+    assert shipped == generated_claim_templates({"CASTSLICE_BACKEND": "dra"})
+
+
+def test_with_the_default_values_dra_gets_every_template_it_needs(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = {"backend": "dra", "claimTemplates": {"namespaces": ["ml"]}}
+    objects = template(helm, tmp_path, values)
+    expected = claim_templates_from_castslice(["ml"], chart_environment(objects))
+    assert chart_claim_templates(objects) == expected
+    assert [t["metadata"]["name"] for t in expected] == [f"castslice-{s}-of-4" for s in range(1, 5)]
+
+
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [
+        ({"presets": {"training": 8}}, 'presets {"batch":2,"dev":1,"inference":2,"training":4}'),
+        ({"slicesPerGpu": 8}, "slicesPerGpu 4, not 8"),
+        ({"maxSliceRatio": 4}, "maxSliceRatio 1000, not 4"),
+        ({"defaultSlices": 3}, "defaultSlices 1, not 3"),
+        ({"draGpuMemory": "80Gi"}, 'draGpuMemory null, not "80Gi"'),
+        ({"draDeviceClass": "gpu.example.com"}, 'draDeviceClass "gpu.nvidia.com"'),
+        ({"backend": "resource"}, 'backend "dra", not "resource"'),
+        ({"policy": "rules: []\n"}, "claimTemplates.generated was not made for this policy"),
+    ],
+    ids=lambda v: json.dumps(v),
+)
+def test_templates_made_for_other_settings_are_refused_with_the_value_that_differs(
+    helm: Path, tmp_path: Path, changed: dict[str, Any], named: str
+) -> None:
+    values = {"backend": "dra", "claimTemplates": {"namespaces": ["ml"]}, **changed}
+    if "policy" in changed:
+        values["policyRegistration"] = policy_values(tmp_path, changed["policy"])[
+            "policyRegistration"
+        ]
+    error = template_error(helm, tmp_path, values)
+    assert named in error
+    assert "castslice claim-templates --helm-values" in error
+
+
+def test_namespaces_the_policy_enrols_by_name_get_the_templates(helm: Path, tmp_path: Path) -> None:
+    env = {"CASTSLICE_BACKEND": "dra"}
+    values = {"backend": "dra", **policy_values(tmp_path, env=env)}
+    objects = template(helm, tmp_path, values)
+    found = {
+        (t["metadata"]["namespace"], t["metadata"]["name"])
+        for t in of_kind(objects, "ResourceClaimTemplate")
+    }
+    # POLICY enrols `research` by name; `team-?` and `lab-[ab]*` are globs.
+    assert found == {("research", f"castslice-{s}-of-4") for s in range(1, 5)}
+    listed = {
+        **values,
+        "claimTemplates": {**values["claimTemplates"], "namespaces": ["ml", "research"]},
+    }
+    names = {
+        t["metadata"]["namespace"]
+        for t in of_kind(template(helm, tmp_path, listed), "ResourceClaimTemplate")
+    }
+    assert names == {"ml", "research"}
 
 
 # Every form of CASTSLICE_DRA_GPU_MEMORY near the edges of what the application accepts.
@@ -485,6 +584,7 @@ REFUSED = [
     ({"draGpuMemory": "lots"}, "/draGpuMemory"),
     ({"draCapacity": "9shares"}, "/draCapacity"),
     ({"claimTemplates": {"namespaces": ["Research"]}}, "/claimTemplates/namespaces/0"),
+    ({"claimTemplates": {"slices": [1, 2, 4]}}, "slices"),
     ({"metrics": {"enabled": "yes"}}, "/metrics/enabled"),
     ({"metrics": {"port": 8443}}, "/metrics/port"),
     ({"replicas": 0}, "/replicas"),

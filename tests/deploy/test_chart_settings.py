@@ -158,7 +158,6 @@ def _label(text: str) -> str:
 # What a value needs beside it for the application to read it at all.
 CONTEXT = {
     "metrics.port": {"metrics": {"enabled": True}},
-    "claimTemplates.slices": {"backend": "dra", "claimTemplates": {"namespaces": ["research"]}},
     "claimTemplates.namespaces": {"backend": "dra"},
 }
 # Everything CASTSLICE_MAX_SLICE_RATIO bounds, at 1: the ratio's own least value can pass.
@@ -166,7 +165,6 @@ ALL_AT_ONE = {
     "slicesPerGpu": 1,
     "defaultSlices": 1,
     "presets": {"training": 1, "inference": 1, "batch": 1, "dev": 1},
-    "claimTemplates": {"slices": [1]},
 }
 
 
@@ -185,11 +183,6 @@ def cases() -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{name} at maxSliceRatio", {name: 8, "maxSliceRatio": 8, **_presets_at(8)}
     yield "maxSliceRatio below a default preset", {"maxSliceRatio": 3, "slicesPerGpu": 2}
     yield "presets at maxSliceRatio", {"maxSliceRatio": 4}
-    yield "claimTemplates.slices above maxSliceRatio", {
-        "backend": "dra",
-        "claimTemplates": {"namespaces": ["research"], "slices": [1, 9]},
-        "maxSliceRatio": 8, **_presets_at(8),
-    }  # fmt: skip
     yield "the issue's six at once", {"slicesPerGpu": 2000}
     yield "sharedResource equal to gpuResource", {"sharedResource": "nvidia.com/gpu"}
     yield (
@@ -226,14 +219,10 @@ def application_verdict(values: Mapping[str, Any], environment: Mapping[str, str
     full = helm_values(values)
     claim_templates = full["claimTemplates"]
     # No namespace or no count: the chart renders no template, nor is there one to render.
-    if (
-        full["backend"] != "dra"
-        or not claim_templates["namespaces"]
-        or not claim_templates["slices"]
-    ):
+    if full["backend"] != "dra" or not claim_templates["namespaces"]:
         return None
     # The claim templates are what `castslice claim-templates` renders for them.
-    args = ["claim-templates", "--slices", ",".join(map(str, full["claimTemplates"]["slices"]))]
+    args = ["claim-templates"]
     for namespace in full["claimTemplates"]["namespaces"]:
         args += ["-n", namespace]
     errors = io.StringIO()

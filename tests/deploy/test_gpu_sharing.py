@@ -200,3 +200,9 @@ def test_the_dra_driver_publishes_as_many_shares_as_castslice_counts() -> None:
     values = yaml.safe_load((DRA / "dra-driver-values.yaml").read_text())
     assert values["featureGates"] == {"ConsumableShares": True}
     assert values["consumableShares"] == str(load_config({}).slices_per_gpu)
+    # The chart installs GPUs only when told the device plugin is off; the host driver's root.
+    assert values["gpuResourcesEnabledOverride"] is True
+    assert values["nvidiaDriverRoot"] == "/"
+    readme = (GPU_SHARING / "README.md").read_text()
+    assert "--version 0.5.0" in readme
+    assert "device-taint-rule.yaml" in readme

@@ -22,7 +22,7 @@ from ..procs import HarnessError
 from . import tools
 from .castslice_server import CastSliceServer
 from .cluster import LocalControlPlane
-from .dra import create_dra_nodes
+from .dra import create_dra_nodes, ensure_taint_rule
 from .nodes import (
     BACKENDS,
     GKE_CLIENTS,
@@ -110,8 +110,10 @@ def _up() -> int:
         api = plane.api_client()
         register_and_wait(api, server, path=token)
         if backend == "dra":
-            # One node with one shareable GPU, and the templates in `default`.
+            # One node with one shareable GPU, set up as documented, and the templates in
+            # `default`.
             names = create_dra_nodes(api, [1])
+            ensure_taint_rule(api)
             _apply_claim_templates(plane.kubeconfig, settings)
         else:
             names = [node.name for node in create_nodes(api, backend, standard_pools(backend))]

@@ -20,8 +20,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import kubernetes.client
+import yaml
 
 from .nodes import Pool, clear_unscheduled_pods, create_nodes, delete_nodes
+from .tools import REPO_ROOT
 
 Manifest = dict[str, Any]
 
@@ -32,25 +34,29 @@ SHARES = 4
 _MEMORY = "15Gi"
 _MEMORY_MIB = "15360Mi"
 _GROUP, _VERSION = "resource.k8s.io", "v1"
+TAINT_RULE_FILE = REPO_ROOT / "infra/gpu-sharing/dra/device-taint-rule.yaml"
+
+
+# The DeviceClass the driver's chart installs for full GPUs, as `helm template` renders it
+# for a cluster serving resource.k8s.io/v1: kubernetes-sigs/dra-driver-nvidia-gpu,
+# deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml, chart 0.5.0-dev
+# (commit 95932046). `extendedResourceName` serves Pods asking plain nvidia.com/gpu from it.
+DEVICE_CLASS_YAML = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+  extendedResourceName: nvidia.com/gpu
+"""  # noqa: E501 (the chart's expression, on its one line)
 
 
 def device_class() -> Manifest:
-    """The DeviceClass the driver's chart installs for full GPUs."""
-    return {
-        "apiVersion": f"{_GROUP}/{_VERSION}",
-        "kind": "DeviceClass",
-        "metadata": {"name": DEVICE_CLASS},
-        "spec": {
-            "selectors": [
-                {
-                    "cel": {
-                        "expression": f"device.driver == '{DRIVER}' && "
-                        f"device.attributes['{DRIVER}'].type == 'gpu'"
-                    }
-                }
-            ]
-        },
-    }
+    manifest: Manifest = yaml.safe_load(DEVICE_CLASS_YAML)
+    return manifest
 
 
 def gpu_device(index: int) -> Manifest:
@@ -120,6 +126,30 @@ def ensure_device_class(api: kubernetes.client.ApiClient) -> None:
         resource.create_device_class(device_class())
     except kubernetes.client.ApiException as error:
         if error.status != 409:
+            raise
+
+
+def taint_rule() -> Manifest:
+    """The DeviceTaintRule CastSlice ships for the driver's devices (infra/gpu-sharing/dra/)."""
+    rule: Manifest = yaml.safe_load(TAINT_RULE_FILE.read_text())
+    return rule
+
+
+def ensure_taint_rule(api: kubernetes.client.ApiClient) -> None:
+    try:
+        kubernetes.client.ResourceV1Api(api).create_device_taint_rule(taint_rule())
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def delete_taint_rule(api: kubernetes.client.ApiClient) -> None:
+    try:
+        kubernetes.client.ResourceV1Api(api).delete_device_taint_rule(
+            taint_rule()["metadata"]["name"]
+        )
+    except kubernetes.client.ApiException as error:
+        if error.status != 404:
             raise
 
 

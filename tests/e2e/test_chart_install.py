@@ -314,3 +314,69 @@ def test_a_release_whose_pods_never_get_ready_is_never_registered(
     )  # fmt: skip
     assert registrations.stdout.strip() == ""
     run_helm(helm, "uninstall", RELEASE, "-n", release_namespace, "--wait", env=env)
+
+
+# Enrols one namespace by name with a count of its own (two whole GPUs), and a glob.
+_DRA_POLICY = (
+    "rules:\n"
+    "  - {name: research, namespaces: [NAMESPACE, 'lab-*'], optimize: true, slices: 7}\n"
+    "  - {name: notebooks, podSelector: {matchLabels: {tier: dev}}, optimize: true,"
+    " workloadType: dev}\n"
+)
+
+
+def claim_templates_in(kubectl_user: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
+    listed = kubectl_user.run("get", "resourceclaimtemplates", "-n", namespace, "-o", "json")
+    return {item["metadata"]["name"]: item["spec"] for item in json.loads(listed.stdout)["items"]}
+
+
+def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
+    helm: Path,
+    cert_manager: None,
+    kubectl_user: Kubectl,
+    release_namespace: str,
+    tmp_path: Path,
+) -> None:
+    from castslice.backends import backend_for
+    from castslice.faces.environment import load_config
+
+    run = uuid.uuid4().hex[:6]
+    listed, enrolled, applied = f"ml-{run}", f"research-{run}", f"team-{run}"
+    for name in (listed, enrolled, applied):
+        kubectl_user.run("create", "namespace", name)
+    try:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(_DRA_POLICY.replace("NAMESPACE", enrolled))
+        env = {"CASTSLICE_BACKEND": "dra", "CASTSLICE_POLICY_FILE": str(policy)}
+        generated = yaml.safe_load(
+            castslice_output(["webhook", "--helm-values", "--policy", str(policy)], env)
+        )
+        generated["claimTemplates"]["namespaces"] = [listed]
+        values = values_file(tmp_path, {"backend": "dra", **generated}, "dra.yaml")
+        helm_user(
+            helm, kubectl_user, tmp_path, "install", RELEASE, str(CHART), "-n", release_namespace,
+            "--create-namespace", "-f", str(values),
+        )  # fmt: skip
+        kubectl_user.run(
+            "apply", "-n", applied, "-f", "-",
+            stdin=castslice_output(["claim-templates"], env),
+        )  # fmt: skip
+
+        config = load_config(env)
+        backend = backend_for(config)
+        # Every count the default, the presets, the policy and a share of one GPU give, as
+        # the webhook names its template.
+        counts = {config.default_slices, *config.presets.values(), 7, *range(1, 4)}
+        wanted = {backend.place(count).claim_template for count in counts}
+        assert wanted == {f"castslice-{s}-of-4" for s in (1, 2, 3, 4, 8)}
+        by_namespace = {
+            ns: claim_templates_in(kubectl_user, ns) for ns in (listed, enrolled, applied)
+        }
+        for namespace, found in by_namespace.items():
+            assert set(found) == wanted, namespace
+        # The chart's and the command's templates are the same objects.
+        assert by_namespace[listed] == by_namespace[enrolled] == by_namespace[applied]
+    finally:
+        helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", release_namespace)
+        for name in (listed, enrolled, applied):
+            kubectl_user.run("delete", "namespace", name, "--wait=false")

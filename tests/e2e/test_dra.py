@@ -23,7 +23,7 @@ import yaml
 
 from ..procs import wait_until
 from .castslice_server import StartServer
-from .dra import DRIVER, dra_nodes
+from .dra import DRIVER, delete_taint_rule, dra_nodes, ensure_taint_rule
 from .kubectl import Kubectl
 from .pods import GPU, IMAGE, create_namespace, list_pods, settle, unschedulable
 from .registration import APPLIED, register_and_wait
@@ -41,6 +41,8 @@ _NO_DEVICES = "cannot allocate all claims"
 
 @pytest.fixture(scope="module", autouse=True)
 def dra_castslice(module_castslice: StartServer, api: kubernetes.client.ApiClient) -> None:
+    # The documented setup: the driver's devices tainted, CastSlice's templates tolerating it.
+    ensure_taint_rule(api)
     register_and_wait(api, module_castslice(SETTINGS))
 
 
@@ -100,6 +102,53 @@ def allocation(api: kubernetes.client.ApiClient, namespace: str, pod: Manifest) 
     )
     claim = json.loads(response.data)
     return claim["status"]["allocation"]["devices"]["results"]
+
+
+def claims_by_pod(api: kubernetes.client.ApiClient, namespace: str) -> dict[str, list[Manifest]]:
+    """Every ResourceClaim of the namespace, read back, by the Pod that holds it: those the
+    resource-claim controller made from templates and those the scheduler made for Pods
+    asking an extended resource (KEP-5004)."""
+    response = kubernetes.client.ResourceV1Api(api).list_namespaced_resource_claim(
+        namespace, _preload_content=False
+    )
+    held: dict[str, list[Manifest]] = {}
+    for claim in json.loads(response.data)["items"]:
+        [owner] = claim["metadata"]["ownerReferences"]
+        held.setdefault(owner["name"], []).append(claim)
+    return held
+
+
+def results_of(claims: list[Manifest]) -> list[Manifest]:
+    return [
+        result
+        for claim in claims
+        for result in ((claim.get("status") or {}).get("allocation") or {})["devices"]["results"]
+    ]
+
+
+def doctor(control_plane: Any) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "castslice",
+            "doctor",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")},
+            **SETTINGS,
+            "PYTHONIOENCODING": "utf-8",
+        },
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr
+    return done
 
 
 def shares(result: Manifest) -> str:
@@ -259,27 +308,7 @@ def test_controller_pods_run_and_a_namespace_without_templates_is_named_by_docto
         assert orphan["status"].get("phase") == "Pending"
         assert not orphan["spec"].get("nodeName")
 
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "castslice",
-                "doctor",
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            env={
-                **{k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")},
-                **SETTINGS,
-                "PYTHONIOENCODING": "utf-8",
-            },
-            timeout=120,
-            check=False,
-        )
-        assert "Traceback" not in done.stderr
+        done = doctor(control_plane)
         assert done.returncode == 1, done.stdout
         [templates_line] = [line for line in done.stdout.splitlines() if "Pending: orphan" in line]
         assert f"{bare}/castslice-1-of-4 (Pending: orphan)" in templates_line
@@ -317,3 +346,100 @@ def test_a_pod_without_opt_in_or_with_its_own_claims_is_left_as_it_is(
     }
     assert APPLIED not in stored["own"]["metadata"]["annotations"]
     assert "the Pod has its own resource claims; castslice left the Pod unchanged" in warnings
+
+
+_GUARD = "castslice.castops.io/shared"
+
+
+def test_without_the_taint_rule_a_pod_that_did_not_opt_in_shares_a_gpu_and_doctor_fails(
+    api: kubernetes.client.ApiClient,
+    kubectl_user: Kubectl,
+    templated: str,
+    one_gpu: list[str],
+    control_plane: Any,
+) -> None:
+    """Why the rule is shipped: the chart's DeviceClass maps nvidia.com/gpu to its devices."""
+    namespace = templated
+    delete_taint_rule(api)
+    try:
+        apply(kubectl_user, namespace, [gpu_pod("dev", opted("dev")), gpu_pod("plain", None)])
+        settle(api, namespace, runs=2, waits=0, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT)
+
+        held = {pod: results_of(claims) for pod, claims in claims_by_pod(api, namespace).items()}
+        assert devices_of(held["plain"]) == devices_of(held["dev"]) == {(one_gpu[0], "gpu-0")}
+        assert [shares(result) for result in held["plain"]] == ["1"]
+        done = doctor(control_plane)
+        assert done.returncode == 1, done.stdout
+        [line] = [line for line in done.stdout.splitlines() if f"without the {_GUARD}" in line]
+        assert f"1 shareable device ({one_gpu[0]}/gpu-0)" in line
+        assert "DeviceClass gpu.nvidia.com (nvidia.com/gpu)" in line
+        assert "kubectl apply -f infra/gpu-sharing/dra/device-taint-rule.yaml" in line
+    finally:
+        ensure_taint_rule(api)
+
+
+def test_pods_that_did_not_opt_in_never_share_a_device_with_any_claim(
+    api: kubernetes.client.ApiClient,
+    kubectl_user: Kubectl,
+    templated: str,
+    four_gpus: list[str],
+    control_plane: Any,
+) -> None:
+    namespace = templated
+    pods = [
+        gpu_pod("dev-0", opted("dev")),
+        gpu_pod("dev-1", opted("dev")),
+        gpu_pod("plain-1", None),
+        gpu_pod("plain-2", None, gpus=2),
+    ]
+    apply(kubectl_user, namespace, pods)
+
+    up, waiting = settle(
+        api, namespace, runs=2, waits=2, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT
+    )
+
+    assert {pod["metadata"]["name"] for pod in up} == {"dev-0", "dev-1"}
+    assert {pod["metadata"]["name"] for pod in waiting} == {"plain-1", "plain-2"}
+    held = claims_by_pod(api, namespace)
+    # The plain Pods hold no claim: no device, shared or whole, was allocated to them.
+    assert sorted(held) == ["dev-0", "dev-1"]
+    results = [result for claims in held.values() for result in results_of(claims)]
+    assert [result["consumedCapacity"] for result in results] == [
+        {"shares": "1", "memory": "0"}
+    ] * 2
+    assert len({result["shareID"] for result in results}) == 2
+    for pod in waiting:
+        assert "extendedResourceClaimStatus" not in pod["status"]
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+            GPU: pod["metadata"]["name"][-1]
+        }
+    done = doctor(control_plane)
+    [line] = [line for line in done.stdout.splitlines() if f"tainted {_GUARD}" in line]
+    assert line.startswith(f"\N{CHECK MARK} 4 shareable devices tainted {_GUARD}")
+
+
+def test_a_training_pod_with_a_gpu_init_container_runs_on_one_gpu(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, templated: str, one_gpu: list[str]
+) -> None:
+    """As with a device plugin, the Pod needs max(init, app) GPUs: one, not two."""
+    namespace = templated
+    pod = gpu_pod("trainer", opted("training"))
+    pod["spec"]["initContainers"] = [
+        {"name": "download", "image": IMAGE, "resources": {"limits": {GPU: 1}}}
+    ]
+    apply(kubectl_user, namespace, [pod])
+
+    [up], _ = settle(api, namespace, runs=1, waits=0, no_room=_NO_DEVICES, timeout=_SETTLE_TIMEOUT)
+
+    [init] = up["spec"]["initContainers"]
+    [app] = up["spec"]["containers"]
+    assert (
+        init["resources"]["claims"] == app["resources"]["claims"] == [{"name": "castslice-gpu-0"}]
+    )
+    assert up["spec"]["resourceClaims"] == [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-4-of-4"}
+    ]
+    [claims] = claims_by_pod(api, namespace).values()
+    results = results_of(claims)
+    assert devices_of(results) == {(one_gpu[0], "gpu-0")}
+    assert [result["consumedCapacity"]["shares"] for result in results] == ["4"]

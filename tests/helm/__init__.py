@@ -151,16 +151,12 @@ def castslice_output(
     return result.stdout
 
 
-def claim_templates_command(namespaces: Sequence[str], slices: Sequence[int]) -> list[str]:
-    """The `castslice claim-templates` arguments that render the chart's claimTemplates.
-
-    The chart's ResourceClaimTemplates must equal this command's output for the same
-    settings (tests/deploy/test_chart.py compares them).
-    """
-    args = ["claim-templates"]
-    for namespace in namespaces:
-        args += ["-n", namespace]
-    return [*args, "--slices", ",".join(str(count) for count in slices)]
+def generated_claim_templates(env: Mapping[str, str]) -> dict[str, Any]:
+    """The chart's `claimTemplates.generated` as `castslice claim-templates --helm-values`
+    writes it for the CASTSLICE_* settings `env`."""
+    values = yaml.safe_load(castslice_output(["claim-templates", "--helm-values"], env))
+    generated: dict[str, Any] = values["claimTemplates"]["generated"]
+    return generated
 
 
 CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"

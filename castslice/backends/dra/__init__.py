@@ -10,6 +10,7 @@ The scheduler's own bookkeeping then packs the claims onto devices.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -23,7 +24,12 @@ from castslice.backends.base import (
     Placement,
 )
 from castslice.backends.dra import devices_check, templates_check
-from castslice.backends.dra.claim_templates import DraClaimTemplates, claim_shape, template_name
+from castslice.backends.dra.claim_templates import (
+    DraClaimTemplates,
+    claim_shape,
+    default_counts,
+    template_name,
+)
 from castslice.backends.dra.gpu_view import read_device_view
 from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import CONTAINER_LISTS
@@ -32,6 +38,35 @@ from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointe
 
 # Pod-level claim names, one per GPU container in the Pod's order.
 CLAIM_PREFIX = "castslice-gpu-"
+_INIT_PATH = "/spec/initContainers/"
+_APP_PATH = "/spec/containers/"
+
+
+def claim_names(spec: PodSpec, containers: Sequence[GpuContainer]) -> list[str]:
+    """The claim each GPU container uses, numbered in the Pod's order of the claims' owners.
+
+    Claims are held for the Pod's whole life, so one per container would make a plain
+    init container cost a GPU share beyond the app's. A plain init container runs to
+    completion before any app container starts, so it uses the first app container's
+    claim (or, with none, the first plain init container's): the Pod then holds
+    max(init, sum(app)), as with a device plugin, and as the scheduler's own claims for
+    extended resources reuse requests (KEP-5004). A sidecar (`restartPolicy: Always`)
+    runs beside the others and keeps a claim of its own.
+    """
+    plain_init = {
+        c.path for c in containers if c.path.startswith(_INIT_PATH) and not _is_sidecar(spec, c)
+    }
+    host = next((c.path for c in containers if c.path.startswith(_APP_PATH)), None)
+    if host is None:
+        host = next((c.path for c in containers if c.path in plain_init), None)
+    owners = [c.path for c in containers if c.path not in plain_init or c.path == host]
+    numbers = {path: f"{CLAIM_PREFIX}{n}" for n, path in enumerate(owners)}
+    return [numbers[c.path] if c.path in numbers else numbers[host or ""] for c in containers]
+
+
+def _is_sidecar(spec: PodSpec, container: GpuContainer) -> bool:
+    index = int(container.path.rsplit("/", 1)[1])
+    return ((spec.get("initContainers") or [])[index] or {}).get("restartPolicy") == "Always"
 
 
 class DraBackend(Backend):
@@ -73,9 +108,12 @@ class DraBackend(Backend):
     ) -> list[PatchOperation]:
         gpu_token = escape_pointer_token(self.config.gpu_resource)
         operations: list[PatchOperation] = []
-        claims = []
-        for index, container in enumerate(containers):
-            claim = f"{CLAIM_PREFIX}{index}"
+        names = claim_names(spec, containers)
+        claims = [
+            {"name": f"{CLAIM_PREFIX}{n}", "resourceClaimTemplateName": placement.claim_template}
+            for n in range(len(set(names)))
+        ]
+        for container, claim in zip(containers, names, strict=True):
             resources = container.resources
             for field in ("requests", "limits"):
                 if self.config.gpu_resource in (resources.get(field) or {}):
@@ -89,7 +127,6 @@ class DraBackend(Backend):
                     "value": [{"name": claim}],
                 }
             )
-            claims.append({"name": claim, "resourceClaimTemplateName": placement.claim_template})
         if spec.get("resourceClaims") is None:
             operations.append({"op": "add", "path": "/spec/resourceClaims", "value": claims})
         else:
@@ -98,14 +135,30 @@ class DraBackend(Backend):
             ]
         return operations
 
-    def notes(self, placement: Placement) -> tuple[str, ...]:
-        if placement.gpus >= 1:
-            return ()
-        share = f"{placement.gpus.numerator}/{placement.gpus.denominator}"
-        return (
-            f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get no "
-            "memory isolation from time-slicing",
+    @functools.cached_property
+    def _rendered_templates(self) -> frozenset[str]:
+        """The templates `castslice claim-templates` and the chart make for these settings."""
+        return frozenset(
+            template_name(self.config, count) for count in default_counts(self.config).counts
         )
+
+    def notes(self, placement: Placement) -> tuple[str, ...]:
+        notes = []
+        if placement.claim_template not in self._rendered_templates:
+            notes.append(
+                f"dra: {placement.claim_template} is not among the claim templates made for "
+                "these settings (every share of a GPU and the counts of the presets, the "
+                "default and the policy), so the Pod stays Pending unless its namespace has "
+                "it: apply it with castslice claim-templates --slices, or lower "
+                "castops.io/slice-ratio"
+            )
+        if placement.gpus < 1:
+            share = f"{placement.gpus.numerator}/{placement.gpus.denominator}"
+            notes.append(
+                f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get "
+                "no memory isolation from time-slicing"
+            )
+        return tuple(notes)
 
     def setup_hint(self) -> str:
         return devices_check.setup_hint(self.config)
@@ -119,6 +172,11 @@ class DraBackend(Backend):
                 devices_check.CHECK,
                 "get deviceclasses and list resourceslices",
                 devices_check.check_devices,
+            ),
+            NodeCheck(
+                devices_check.GUARD_CHECK,
+                "list deviceclasses, resourceslices, devicetaintrules and nodes",
+                devices_check.check_guard,
             ),
             NodeCheck(
                 templates_check.CHECK,

@@ -13,17 +13,19 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from castslice.backends.base import TemplateCounts, whole_gpus
-from castslice.settings.config import MEBIBYTE, Config
+from castslice.settings.config import MEBIBYTE, Config, memory_quantity
 
 Manifest = dict[str, Any]
 
 __all__ = [
     "API_VERSION",
+    "SHARED_TAINT",
     "TEMPLATE_PREFIX",
     "chosen_counts",
     "claim_template",
     "claim_templates",
     "default_counts",
+    "memory_quantity",
     "reachable_counts",
 ]
 
@@ -31,6 +33,13 @@ API_VERSION = "resource.k8s.io/v1"
 # The one request in every template; a container's claim names no request, so it gets all.
 REQUEST = "gpu"
 TEMPLATE_PREFIX = "castslice-"
+# The device taint that keeps claims CastSlice did not write off shareable devices. A Pod
+# asking plain `nvidia.com/gpu` is served through a DeviceClass's `extendedResourceName`
+# (KEP-5004) by a claim the scheduler writes with no capacity request and no toleration:
+# on an untainted shareable device it would take the capacity's default, one share.
+SHARED_TAINT = "castslice.castops.io/shared"
+# The NVIDIA DRA driver's name, in its ResourceSlices' `spec.driver`.
+NVIDIA_DRIVER = "gpu.nvidia.com"
 # The NVIDIA DRA driver's memory request policy steps in MiB; a claim rounds up to it.
 _MEMORY_STEP = MEBIBYTE
 
@@ -73,14 +82,6 @@ def claim_shape(config: Config, slices: int) -> ClaimShape:
     return ClaimShape(1, slices, memory)
 
 
-def memory_quantity(size: int) -> str:
-    """`size` bytes in the largest binary unit that keeps it whole (20Gi, 3840Mi)."""
-    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if size % unit == 0:
-            return f"{size // unit}{suffix}"
-    return str(size)
-
-
 def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
     """The `spec` of the ResourceClaimTemplate for `slices` (its `spec.spec` is the claim)."""
     shape = claim_shape(config, slices)
@@ -92,6 +93,8 @@ def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
         "allocationMode": "ExactCount",
         "count": shape.devices,
         "capacity": {"requests": requests},
+        # Every effect: NoExecute too would otherwise evict CastSlice's own Pods.
+        "tolerations": [{"key": SHARED_TAINT, "operator": "Exists"}],
     }
     return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
@@ -140,9 +143,47 @@ def default_counts(config: Config) -> TemplateCounts:
     return TemplateCounts(counts, note)
 
 
+def enrolled_namespaces(config: Config) -> tuple[str, ...]:
+    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
+
+    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
+    """
+    if config.policy is None:
+        return ()
+    names = (
+        pattern.text
+        for rule in config.policy.rules
+        if rule.optimize
+        for pattern in rule.namespaces or ()
+        if pattern.regex is None
+    )
+    return tuple(dict.fromkeys(names))
+
+
 def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:
     """The template counts for the slice counts given (`--slices`), each once, in order."""
     return tuple(sorted({template_slices(config, count) for count in asked}))
+
+
+def device_taint_rule(driver: str = NVIDIA_DRIVER) -> Manifest:
+    """The DeviceTaintRule that taints every device `driver` publishes.
+
+    A rule lives outside the driver's chart, so a `helm upgrade` of the driver keeps it;
+    the NVIDIA driver's `--consumable-shares` makes all its devices shareable, so one
+    rule per driver covers them.
+    """
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": f"{TEMPLATE_PREFIX}shared-{driver}",
+            "labels": {PART_OF[0]: PART_OF[1]},
+        },
+        "spec": {
+            "deviceSelector": {"driver": driver},
+            "taint": {"key": SHARED_TAINT, "value": "true", "effect": "NoSchedule"},
+        },
+    }
 
 
 def claim_template(config: Config, slices: int, namespace: str | None = None) -> Manifest:
@@ -187,3 +228,6 @@ class DraClaimTemplates:
 
     def manifests(self, namespaces: Sequence[str | None], counts: Sequence[int]) -> list[Manifest]:
         return claim_templates(self.config, namespaces, counts)
+
+    def enrolled_namespaces(self) -> tuple[str, ...]:
+        return enrolled_namespaces(self.config)

@@ -14,9 +14,11 @@ import shlex
 import sys
 from collections.abc import Mapping
 
+from castslice.backends import backend_for
 from castslice.contract.definitions import DEFAULT_NAMESPACE
 from castslice.decision.selection import pod_match_conditions
 from castslice.faces.cli import EXIT_OK, CommandError
+from castslice.faces.cli.claim_templates import generated_values
 from castslice.faces.cli.settings import SETTINGS, config_from, effective_environment
 from castslice.faces.manifest_files import STDIN
 from castslice.faces.registration import (
@@ -178,7 +180,10 @@ def _print_helm_values(args: argparse.Namespace, config: Config, text: str | Non
     }
     if config.policy is not None and config.policy.document:
         registration["annotation"] = config.policy.document
-    values = {"policy": text, "policyRegistration": registration}
+    values: dict[str, object] = {"policy": text, "policyRegistration": registration}
+    templates = backend_for(config).claim_templates()
+    if templates is not None:
+        values["claimTemplates"] = {"generated": generated_values(config, templates, text)}
     sys.stdout.write(to_yaml(values, header(args, effective_environment(args, os.environ))))
     return EXIT_OK
 

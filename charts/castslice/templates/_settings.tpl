@@ -35,11 +35,6 @@ the value's name as the application would refuse its variable. */}}
 {{- if gt (int $.Values.defaultSlices) (int $.Values.maxSliceRatio) }}
 {{- fail (printf "defaultSlices: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_DEFAULT_SLICES above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.defaultSlices) (int $.Values.maxSliceRatio)) }}
 {{- end }}
-{{- range $.Values.claimTemplates.slices }}
-{{- if gt (int .) (int $.Values.maxSliceRatio) }}
-{{- fail (printf "claimTemplates.slices: %d is above maxSliceRatio (%d); the application refuses claimTemplates.slices above CASTSLICE_MAX_SLICE_RATIO" (int .) (int $.Values.maxSliceRatio)) }}
-{{- end }}
-{{- end }}
 {{- end -}}
 
 {{- /* The release's settings as `castslice` flags, the defaults left out. */}}
