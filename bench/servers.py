@@ -54,6 +54,7 @@ class FunctionSource:
 FUNCTION = FunctionSource("castslice", REPO / "main.py", target="mutate_asgi")
 FLASK = FunctionSource("castslice-flask", REPO / "main.py", target="mutate")
 FLOOR = FunctionSource("floor", REPO / "bench" / "floor" / "main.py")
+FLASK_FLOOR = FunctionSource("floor-flask", FLOOR.source, target="mutate_flask")
 
 
 def functions_framework_command() -> str:
