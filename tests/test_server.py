@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ import pytest
 
 from tests.factories import apply_response, make_pod, make_review, opted_in
 from tests.procs import free_port, serving
-from tests.served import TARGETS, functions_framework_command
+from tests.served import TARGETS, environment, functions_framework_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,3 +191,16 @@ def test_make_run_serves_the_readme_example(tmp_path: Path) -> None:
     assert response["auditAnnotations"] == {
         "slices": "4", "slice-source": "workload-type", "backend": "resource",
     }  # fmt: skip
+
+
+def test_the_function_loads_without_the_kubernetes_client() -> None:
+    # Only doctor talks to a cluster; loading the client with the backends took longer
+    # than the rest of a cold start together.
+    code = "import sys, main; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment(),
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    modules = set(loaded.stdout.strip().strip("[]").replace("'", "").split(", "))
+    assert {"castslice", "functions_framework", "msgspec"} <= modules
+    assert not modules & {"kubernetes", "urllib3"}
