@@ -39,7 +39,8 @@ SERVED_AS = (
 )
 SERVED_AS_BOTH = (
     "each face beside the floor on its server, `functions-framework --target=...` on "
-    "127.0.0.1 with its defaults: the ASGI face (`mutate_asgi`: gunicorn, 1 uvicorn worker) "
+    "127.0.0.1 with its defaults (unless the command above gives a `--server-setting`): "
+    "the ASGI face (`mutate_asgi`: gunicorn, 1 uvicorn worker) "
     "and the Flask face (`mutate`: gunicorn's threaded worker, 1 worker, 4 threads per CPU); "
     "CastSlice's log lines go to a file"
 )

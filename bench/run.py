@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import shlex
 import sys
@@ -28,6 +29,9 @@ from .servers import FLASK_FLOOR, FLOOR, FUNCTION, REPO, FunctionSource, Server
 from .sidebyside import alternating, require_two_cpus, spread
 
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.md"
+# What functions-framework reads to shape its gunicorn server (functions_framework/_http/
+# gunicorn.py); the flags it takes have none of them.
+SERVER_SETTINGS = ("THREADS", "WORKERS")
 # Each face is measured against the floor on its own server.
 FLOORS = {"asgi": FLOOR, "flask": FLASK_FLOOR}
 
@@ -56,6 +60,15 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         default=FUNCTION.source,
         help="function source to measure instead of main.py (e.g. a modified copy of the tree)",
     )
+    parser.add_argument(
+        "--server-setting",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        type=_server_setting,
+        help="a setting functions-framework reads (THREADS=1, WORKERS=2) for every server "
+        "the guard starts, CastSlice's and the floors' alike; repeatable",
+    )
     return parser.parse_args(argv)
 
 
@@ -83,18 +96,22 @@ def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
     )
     # main.py sits at the root of its tree, whose castslice it imports.
     source = arguments.source.resolve()
+    shape = tuple(arguments.server_setting)
     functions = {
-        face: FunctionSource(f"castslice-{face}", source, target, root=source.parent)
+        face: FunctionSource(f"castslice-{face}", source, target, source.parent, shape)
         for face, target in FACES.items()
     }
+    floors = {face: dataclasses.replace(FLOORS[face], settings=shape) for face in FACES}
     machine = Machine.describe()
     with tempfile.TemporaryDirectory(prefix="castslice-bench-") as scratch:
         work = Path(scratch)
         body_files = benchmark_bodies.write_bodies(work / "bodies")
-        results = measure_throughput(functions, body_files, settings, arguments.rounds, work)
+        results = measure_throughput(
+            functions, floors, body_files, settings, arguments.rounds, work
+        )
         typical = body_files["typical"].read_bytes()
         cold_starts = [
-            measure_cold_start(face, function, typical, arguments.cold_starts, work)
+            measure_cold_start(face, function, floors[face], typical, arguments.cold_starts, work)
             for face, function in functions.items()
         ]
     machine.load_average_end = load_average()
@@ -108,6 +125,7 @@ def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
 
 def measure_throughput(
     functions: dict[str, FunctionSource],
+    floors: dict[str, FunctionSource],
     body_files: dict[str, Path],
     settings: LoadSettings,
     rounds: int,
@@ -120,7 +138,7 @@ def measure_throughput(
         pairs = {
             face: (
                 stack.enter_context(Server(function, work)),
-                stack.enter_context(Server(FLOORS[face], work)),
+                stack.enter_context(Server(floors[face], work)),
             )
             for face, function in functions.items()
         }
@@ -147,10 +165,9 @@ def check_answers(function: Server, floor: Server, name: str, body: bytes) -> No
 
 
 def measure_cold_start(
-    face: str, source: FunctionSource, body: bytes, runs: int, work: Path
+    face: str, source: FunctionSource, floor: FunctionSource, body: bytes, runs: int, work: Path
 ) -> ColdStartResult:
     """Alternating cold starts of a face and its floor, after one unmeasured start each."""
-    floor = FLOORS[face]
     result = ColdStartResult(face)
     # The first start of each writes its bytecode caches and fills the page cache: what
     # is measured is a start from a ready image, its bytecode compiled at build time.
@@ -167,6 +184,15 @@ def measure_cold_start(
             f"floor {result.floor[-1]:.3f} s"
         )
     return result
+
+
+def _server_setting(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or name not in SERVER_SETTINGS:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with NAME one of {', '.join(SERVER_SETTINGS)}, got {text!r}"
+        )
+    return name, value
 
 
 def _command(argv: list[str] | None) -> str:
