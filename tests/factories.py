@@ -5,9 +5,13 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import yaml
 
 from castslice.contract.definitions import TemplateLocation, WorkloadKind
 
@@ -145,3 +149,38 @@ TRAINER = WorkloadKind(
         TemplateLocation("spec.groups[name].template.spec.template"),
     ),
 )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_castslice(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m castslice ARGS` as a user runs it, with only `env` of CastSlice's settings
+    and no kubeconfig of the machine's (HOME is `home`)."""
+    return subprocess.run(
+        [sys.executable, "-m", "castslice", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), **env},
+        timeout=60,
+        check=False,
+    )
+
+
+def unreachable_kubeconfig(directory: Path, server: str = "https://127.0.0.1:1") -> Path:
+    """A kubeconfig whose one context names `server`, where nothing listens."""
+    kubeconfig = directory / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return kubeconfig

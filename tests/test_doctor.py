@@ -9,12 +9,10 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from castslice.contract.cluster import connection_problem
 from castslice.contract.findings import Result, Status, symbols_for, text_line, to_json
@@ -22,6 +20,7 @@ from castslice.faces.doctor import capacity, dry_run, endpoint, fail_open, pendi
 from castslice.faces.doctor import registration as reg
 from castslice.faces.environment import load_config
 from castslice.settings.config import Config
+from tests.factories import run_castslice, unreachable_kubeconfig
 
 Manifest = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent
@@ -564,31 +563,11 @@ def test_a_line_per_check_and_json_for_machines() -> None:
 
 
 def doctor(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env}
-    return subprocess.run(
-        [sys.executable, "-m", "castslice", "doctor", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environ,
-        timeout=60,
-    )
+    return run_castslice("doctor", *args, home=tmp_path, **env)
 
 
 def test_an_unreachable_cluster_exits_2_with_a_message(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "users": [{"name": "u", "user": {"token": "not-a-real-token"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     run = doctor("--kubeconfig", str(kubeconfig), tmp_path=tmp_path)
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == (

@@ -174,7 +174,7 @@ def test_unexpected_error_admits_the_pod(
     def broken(*_args: object) -> list:
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr("castslice.decision.admission.gpu_containers", broken)
+    monkeypatch.setattr("castslice.decision.pods.gpu_containers", broken)
     response = review_response(client, make_review(make_pod(opted_in())))
     assert "patch" not in response and len(response["warnings"]) == 1
     (line,) = log_lines(capsys)

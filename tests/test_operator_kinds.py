@@ -247,9 +247,10 @@ def test_gpus_asked_outside_any_template_are_said_to_be_out_of_reach(client: Tes
     warnings = assert_warned_only(review_response(client, workload_review(train_job)))
 
     assert warnings == [
-        f"{OPTIMIZE} on the TrainJob is ignored; it never reaches the Pods",
-        "a TrainJob has no Pod template: its Pods come from the TrainingRuntime it names; "
-        "opt in that runtime's templates",
+        f"{OPTIMIZE} on the TrainJob is ignored; move it to spec.runtimePatches[]...template."
+        "metadata",
+        "GPUs in spec.trainer go to the runtime's Pods; opted in there or in runtimePatches, "
+        "they are sliced at admission",
     ]
 
 
@@ -502,7 +503,7 @@ def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_o
     admission = Admission(load_config({}))
     request = workload_review(loaded(PYTORCHJOB))["request"]
 
-    check = workloads.check_workload(request, admission.review, GPU)
+    check = workloads.check_workload(request, admission.pods, GPU)
 
     assert check.warnings == [
         f"{replica}: the PyTorchJob operator does not copy template annotations onto its Pods; "

@@ -30,7 +30,10 @@ LISTS = ("initContainers", "containers", "ephemeralContainers")
 PRESETS = {"training": 4, "inference": 2, "batch": 2, "dev": 1}
 AUDIT_KEY = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
-quantities = st.sampled_from(["1", "2", "0", "4", "100m", "1Gi"]) | st.text(max_size=5)
+# Zero and odd spellings among them: "00", 0.0 (a JSON number), "1e0", "0e3".
+quantities = st.sampled_from(
+    ["1", "2", "0", "00", "0.0", "1e0", "0e3", "4", "100m", "1Gi", 0, 0.0, 1]
+) | st.text(max_size=5)
 resource_names = st.sampled_from(
     [
         GPU,

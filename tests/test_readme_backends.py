@@ -21,16 +21,22 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 HEADER = "| the Pod says (slices) |"
 
 
-def readme_table() -> tuple[list[str], list[list[str]]]:
-    lines = README.read_text().splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith(HEADER))
+def markdown_table(path: Path, header: str) -> tuple[list[str], list[list[str]]]:
+    """The header cells and the rows of the table in `path` whose header line starts with
+    `header`."""
+    lines = path.read_text().splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith(header))
     rows = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    backends = [cell.strip(" `") for cell in lines[start].strip("|").split("|")[1:]]
-    return backends, rows
+    return [cell.strip() for cell in lines[start].strip("|").split("|")], rows
+
+
+def readme_table() -> tuple[list[str], list[list[str]]]:
+    header, rows = markdown_table(README, HEADER)
+    return [cell.strip(" `") for cell in header[1:]], rows
 
 
 def annotations_and_degrees(says: str) -> tuple[dict[str, str], str | None]:

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from castslice.contract import cel
 from castslice.contract.definitions import POLICY_ANNOTATION
-from castslice.contract.patch import gpu_containers
 from castslice.decision.enrolment import decide
 from castslice.decision.selection import glob_matches
 from castslice.faces.cli import main
@@ -396,6 +395,12 @@ resources = st.sampled_from(
         {"requests": {"nvidia.com/gpu": "2"}},
         {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
         {"limits": {"nvidia.com/gpu-shared": "1"}},
+        # Zero and odd spellings: the CEL goes by the GPU's name, whatever the quantity.
+        {"limits": {"nvidia.com/gpu": "0"}},
+        {"requests": {"nvidia.com/gpu": "00"}},
+        {"limits": {"nvidia.com/gpu": 0.0}},
+        {"limits": {"nvidia.com/gpu": "1e0"}},
+        {"requests": {"nvidia.com/gpu": 0}, "limits": {"cpu": "1"}},
     ]
 )
 
@@ -489,7 +494,13 @@ def function_wants(policy: Policy | None, pod: dict, namespace: str) -> bool:
     if annotations.get("castops.io/optimize") == "true":
         return True
     enrolment = decide(policy, annotations, namespace, metadata.get("labels") or {})
-    return enrolment.enrolled and bool(gpu_containers(pod["spec"], "nvidia.com/gpu"))
+    # By the GPU's name: a Pod naming it with a count of 0 is sent, and left as it is.
+    return enrolment.enrolled and any(
+        "nvidia.com/gpu" in ((item.get("resources") or {}).get(field) or {})
+        for kind in KINDS
+        for item in pod["spec"].get(kind) or ()
+        for field in ("requests", "limits")
+    )
 
 
 @settings(max_examples=60, deadline=None)

@@ -13,12 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from castslice.contract import definitions as contract
+from castslice.contract import paths
 from castslice.contract.definitions import (
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     WorkloadKind,
     templates,
 )
+from castslice.contract.shapes import KSERVE_COMPONENT, TemplateShape
 from castslice.decision import selection
 from castslice.decision.selection import sends_pod, sends_workload
 from castslice.faces.environment import load_config
@@ -124,11 +126,11 @@ TEMPLATE_ANNOTATIONS = st.sampled_from(
 )
 
 
-def _template(shape: str) -> st.SearchStrategy[dict]:
+def _template(shape: TemplateShape) -> st.SearchStrategy[dict]:
     """A Pod template of `shape` with or without annotations, or with no metadata at all."""
 
     def built(annotations: dict | None) -> dict:
-        if shape == "pod-spec":
+        if shape is KSERVE_COMPONENT:
             return {"containers": []} if annotations is None else {"annotations": annotations}
         if annotations is None:
             return {"spec": {}}
@@ -137,22 +139,21 @@ def _template(shape: str) -> st.SearchStrategy[dict]:
     return TEMPLATE_ANNOTATIONS.map(built)
 
 
-def _along(segments: list[str], shape: str) -> st.SearchStrategy[dict]:
+def _along(segments: tuple[paths.Segment, ...], shape: TemplateShape) -> st.SearchStrategy[dict]:
     """An object with templates at the path `segments`: zero to two at each wildcard."""
     if not segments:
         return _template(shape)
     segment, rest = segments[0], segments[1:]
-    if rest and rest[0] == "*":
-        values = st.dictionaries(st.sampled_from(["Master", "Worker"]), _along(rest[1:], shape))
-        return values.map(lambda children: {segment: children})
-    listed = contract.list_segment(segment)
-    if listed is None:
-        return _along(rest, shape).map(lambda child: {segment: child})
-    key = segment[len(listed) + 1 : -1]
+    if isinstance(segment, paths.EachValue):
+        values = st.dictionaries(st.sampled_from(["Master", "Worker"]), _along(rest, shape))
+        return values.map(lambda children: {segment.name: children})
+    if isinstance(segment, paths.Field):
+        return _along(rest, shape).map(lambda child: {segment.name: child})
     items = st.lists(
         st.tuples(st.sampled_from(["a", "gpu-group"]), _along(rest, shape)), max_size=2
     )
-    return items.map(lambda found: {listed: [{key: name, **item} for name, item in found]})
+    key = segment.key or "name"
+    return items.map(lambda found: {segment.name: [{key: name, **item} for name, item in found]})
 
 
 def _merged(base: Any, extra: Any) -> Any:
@@ -172,7 +173,7 @@ def operator_resources(draw: st.DrawFn) -> dict:
     if own is not None:
         resource["metadata"]["annotations"] = own
     for location in locations:
-        resource = _merged(resource, draw(_along(location.path.split("."), location.shape)))
+        resource = _merged(resource, draw(_along(location.segments, location.shape)))
     return resource
 
 

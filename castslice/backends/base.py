@@ -22,6 +22,7 @@ from castslice.contract.patch import (
     required_node_terms,
     resource_operations,
 )
+from castslice.contract.scheduling import allocatable, pod_request
 from castslice.settings.config import Config
 
 if TYPE_CHECKING:
@@ -69,6 +70,39 @@ class ClaimTemplates(Protocol):
     def manifests(
         self, namespaces: Sequence[str | None], counts: Sequence[int]
     ) -> list[Manifest]: ...
+
+
+class GpuPlace(NamedTuple):
+    """A physical GPU a report can name, or a node's GPUs where the platform does not say
+    which of them a Pod holds (device-plugin sharing)."""
+
+    key: str
+    node: str
+    # The GPU's own name (the DRA device), or None: the node is all that is known.
+    device: str | None
+    # How many physical GPUs the place stands for (1 for a device).
+    gpus: int
+    # The shares the place offers in all, counted in `unit`.
+    units: int
+    unit: str
+
+
+class GpuHold(NamedTuple):
+    """What one Pod holds of one place: `units` of its `unit`, `share` of one GPU."""
+
+    place: str
+    units: int
+    share: Fraction
+    # The DRA allocation's shareID, which tells two claims on one device apart.
+    share_id: str | None = None
+
+
+class GpuView(Protocol):
+    """Which GPUs the cluster's Pods hold, as far as the platform says."""
+
+    def places(self) -> Mapping[str, GpuPlace]: ...
+
+    def holds(self, pod: Manifest) -> list[GpuHold]: ...
 
 
 class NodeCheck(NamedTuple):
@@ -197,10 +231,29 @@ class Backend:
         """How many units of `quota_resource` one GPU is worth."""
         return self.config.slices_per_gpu
 
-    def policy_arithmetic(self) -> str:
-        """How policy mode computes a placement from `variables.slices`: "slice-count" (the
-        count is the quantity) or "sharing-pools" (the degree `sharing_degree` chooses)."""
-        return "sharing-pools"
+    def sharing_pools(self) -> Mapping[int, Placement] | None:
+        """The placement of a fractional share on each sharing pool the settings offer, by
+        clients per GPU; None when a Pod's slice count is itself what it asks for (policy
+        mode then renders the count, not the choice of a pool)."""
+        return None
+
+    def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
+        """How many units of `resource` one GPU of a node with `labels` is, or None when the
+        resource is not a GPU on this backend."""
+        if resource == self.config.gpu_resource:
+            return 1
+        if resource == self.shared_resource:
+            return self.config.slices_per_gpu
+        return None
+
+    def gpu_view(self, cluster: Cluster, nodes: Sequence[Manifest]) -> GpuView:
+        """Which GPUs Pods hold. Device plugins say only the node: a place per node and GPU
+        resource, its GPUs counted from the node's allocatable."""
+        return NodeGpuView(self, nodes)
+
+    def report_rights(self) -> str:
+        """The RBAC rights `gpu_view` reads with beyond nodes and Pods, or ""."""
+        return ""
 
 
 def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
@@ -214,6 +267,51 @@ def _hand_placed(spec: PodSpec, keys: tuple[str, ...]) -> str | None:
             if expression.get("key") in keys:
                 return f"node affinity on {expression['key']}"
     return None
+
+
+class NodeGpuView:
+    """The GPUs of device-plugin nodes, where a Pod's GPU is known only by its node."""
+
+    def __init__(self, backend: Backend, nodes: Sequence[Manifest]) -> None:
+        self._places: dict[str, GpuPlace] = {}
+        # node -> [(resource, units per GPU)], the resources that are GPUs there.
+        self._resources: dict[str, list[tuple[str, int]]] = {}
+        for node in nodes:
+            metadata = node.get("metadata") or {}
+            name = str(metadata.get("name") or "")
+            labels = metadata.get("labels") or {}
+            offered = (node.get("status") or {}).get("allocatable") or {}
+            for resource in sorted(offered):
+                per_gpu = backend.gpu_units(resource, labels)
+                units = allocatable(node, resource)
+                if per_gpu is None or per_gpu < 1 or units <= 0:
+                    continue
+                self._resources.setdefault(name, []).append((resource, per_gpu))
+                key = _node_place_key(name, resource)
+                gpus = -(-units // per_gpu)
+                self._places[key] = GpuPlace(key, name, None, gpus, units, resource)
+
+    def places(self) -> Mapping[str, GpuPlace]:
+        return self._places
+
+    def holds(self, pod: Manifest) -> list[GpuHold]:
+        node = (pod.get("spec") or {}).get("nodeName")
+        found = []
+        for resource, per_gpu in self._resources.get(node or "", ()):
+            units = pod_request(pod, resource)
+            if units:
+                key = _node_place_key(node or "", resource)
+                found.append(GpuHold(key, units, Fraction(units, per_gpu)))
+        return found
+
+
+def label_count(value: str | None) -> int | None:
+    """A node label that counts something (replicas, clients per GPU), or None when it does not."""
+    return int(value) if value and value.isdigit() and int(value) >= 1 else None
+
+
+def _node_place_key(node: str, resource: str) -> str:
+    return f"{node} {resource}"
 
 
 class SharingPoolBackend(Backend):
@@ -234,3 +332,13 @@ class SharingPoolBackend(Backend):
 
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
+
+    def sharing_pools(self) -> Mapping[int, Placement]:
+        # s = S // d reaches every degree d the backend can ever choose (d <= S).
+        per_gpu = self.config.slices_per_gpu
+        degrees = {
+            sharing_degree(self.config, per_gpu // offered)
+            for offered in self.config.sharing_degrees
+            if offered <= per_gpu
+        }
+        return {degree: self.shared(degree) for degree in degrees if degree is not None}

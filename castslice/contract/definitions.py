@@ -7,12 +7,21 @@ these definitions; none of them spells a key, a kind or a template path itself.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import msgspec
+
+from castslice.contract import paths
+from castslice.contract.paths import EachValue, Field, Segment
+from castslice.contract.shapes import (
+    ARGO_STEP,
+    KSERVE_COMPONENT,
+    POD_TEMPLATE,
+    PodMetadataPatch,
+    TemplateShape,
+)
 
 # Annotations a user sets on a Pod (or a Pod template).
 ANNOTATION_PREFIX = "castops.io/"
@@ -35,42 +44,42 @@ DEFAULT_NAMESPACE = "castslice"
 # Every kind of container a Pod has; a GPU in any of them is rewritten.
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
-# Template paths are dotted field names, with two wildcards:
-#   `name.*`        every value of the map `name`, labelled by its key
-#                   (`spec.pytorchReplicaSpecs.*.template`: Master, Worker);
-#   `name[field]`   every item of the list `name`, labelled by the item's `field`,
-#                   or by its index when that is unset
-#                   (`spec.workerGroupSpecs[groupName].template`).
-EACH_VALUE = "*"
-_LIST_SEGMENT = re.compile(r"(?P<field>[^.\[\]]+)\[(?P<key>[^.\[\]]+)\]")
-
-# template: a PodTemplateSpec (metadata + spec), as controllers and most operators keep it.
-# pod-spec: a PodSpec with `annotations` and `labels` beside its containers (KServe's components).
-# container: a step with `metadata`, one `container` or `script`, `nodeSelector`... (Argo).
-Shape = Literal["template", "pod-spec", "container"]
 Scope = Literal["Namespaced", "Cluster"]
 
 
 @dataclass(frozen=True)
 class TemplateLocation:
-    """Where Pod templates sit in a workload, and how warnings name their Pods."""
+    """Where Pod templates sit in a workload, what shape they take, and how warnings name
+    their Pods."""
 
+    # In the grammar of castslice/contract/paths.py; refused when the table is built.
     path: str
     # What warnings call the Pods of this template; `{}` stands for the wildcards' labels.
     label: str = ""
-    shape: Shape = "template"
+    shape: TemplateShape = POD_TEMPLATE
     # (how a warning names it, its path) for each object between the workload and the
     # template whose own annotations never reach the Pods.
     between: tuple[tuple[str, str], ...] = ()
+    segments: tuple[Segment, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "segments", paths.parse(self.path))
+        for _, between in self.between:
+            paths.parse(between)
 
     @property
     def has_wildcards(self) -> bool:
-        return EACH_VALUE in self.path.split(".") or "[" in self.path
+        return paths.has_wildcards(self.segments)
+
+    @property
+    def annotations_segments(self) -> tuple[Segment, ...]:
+        """The path of the annotations of the template's Pods in the workload."""
+        return (*self.segments, *(Field(name) for name in self.shape.annotations_fields))
 
     @property
     def annotations_path(self) -> str:
         """Where the annotations of the template's Pods are written in the workload."""
-        return self.path + (".annotations" if self.shape == "pod-spec" else ".metadata.annotations")
+        return ".".join((self.path, *self.shape.annotations_fields))
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,8 @@ class WorkloadKind:
     # Said when the resource asks for GPUs outside any Pod template, where CastSlice cannot
     # see or slice them.
     outside_templates: str | None = None
+    # Where annotations on the resource itself belong, when not on its Pod templates.
+    annotations_belong: str | None = None
 
 
 def _kubernetes(group: str, kind: str, resource: str, path: str = "spec.template") -> WorkloadKind:
@@ -127,10 +138,11 @@ _RUNTIME_JOBS = TemplateLocation(
     "spec.template.spec.replicatedJobs[name].template.spec.template", "replicatedJobs[{}]"
 )
 _KSERVE_COMPONENTS = tuple(
-    TemplateLocation(f"spec.{component}", component, "pod-spec")
+    TemplateLocation(f"spec.{component}", component, KSERVE_COMPONENT)
     for component in ("predictor", "transformer", "explainer")
 )
-_ARGO_STEPS = TemplateLocation("spec.templates[name]", "templates[{}]", "container")
+_ARGO_STEPS = TemplateLocation("spec.templates[name]", "templates[{}]", ARGO_STEP)
+_FROM_THE_RUNTIME = PodMetadataPatch("the TrainingRuntime the TrainJob names")
 
 # Every kind whose objects create Pods from templates: Kubernetes' own first (the order of the
 # registration's rules and matchConditions), then the operators' custom resources.
@@ -166,10 +178,21 @@ WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
         ("v1alpha1",),
         "TrainJob",
         "trainjobs",
-        copies_template_annotations=False,
+        # v2.1's per-job overrides, labelled by index; v2.2's runtime patches, by manager
+        # and replicated job.
+        TemplateLocation(
+            "spec.podTemplateOverrides[]", "podTemplateOverrides[{}]", _FROM_THE_RUNTIME
+        ),
+        TemplateLocation(
+            "spec.runtimePatches[manager].trainingRuntimeSpec.template.spec"
+            ".replicatedJobs[name].template.spec.template",
+            "runtimePatches[{}]",
+            _FROM_THE_RUNTIME,
+        ),
+        annotations_belong="spec.runtimePatches[]...template.metadata",
         outside_templates=(
-            "a TrainJob has no Pod template: its Pods come from the TrainingRuntime it names; "
-            "opt in that runtime's templates"
+            "GPUs in spec.trainer go to the runtime's Pods; opted in there or in runtimePatches, "
+            "they are sliced at admission"
         ),
     ),
     # KubeRay.
@@ -218,10 +241,6 @@ WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
         "inferenceservices",
         *_KSERVE_COMPONENTS,
         own_annotations_reach_pods=True,
-        outside_templates=(
-            "GPUs in spec.predictor.model go to a container KServe adds; castslice slices it "
-            "at admission but cannot preview it"
-        ),
     ),
     # Knative Serving: the revision template's annotations are copied to the Pods.
     _operator(
@@ -243,7 +262,7 @@ WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
         ("v1alpha1",),
         "CronWorkflow",
         "cronworkflows",
-        TemplateLocation("spec.workflowSpec.templates[name]", "templates[{}]", "container"),
+        TemplateLocation("spec.workflowSpec.templates[name]", "templates[{}]", ARGO_STEP),
     ),
 )
 WORKLOADS: dict[tuple[str, str, str], WorkloadKind] = {
@@ -276,6 +295,13 @@ class TemplateSite(NamedTuple):
         """The template's concrete path, list indexes as text."""
         return tuple(str(step) for step in self.steps)
 
+    def node_in(self, workload: Any) -> Any:
+        """The object at this site's place in `workload` (a copy of the walked one)."""
+        found = workload
+        for step in self.steps:
+            found = found[step]
+        return found
+
     @property
     def where(self) -> str:
         """The template's place in the manifest, for messages."""
@@ -284,13 +310,13 @@ class TemplateSite(NamedTuple):
 
 def templates(kind: WorkloadKind, workload: Mapping[str, Any]) -> list[TemplateSite]:
     """Every Pod template of `workload`, in the order of the table and of the manifest."""
-    found: list[TemplateSite] = []
-    for location in kind.templates:
-        for site in sites_at(workload, location):
-            if location.shape == "container" and not _runs_a_container(site.node):
-                continue  # an Argo steps/dag template: it creates no Pod of its own
-            found.append(site)
-    return found
+    return [
+        site
+        for location in kind.templates
+        for site in sites_at(workload, location)
+        # An Argo steps or dag template creates no Pod of its own.
+        if location.shape.creates_a_pod(site.node)
+    ]
 
 
 def sites_at(workload: Mapping[str, Any], location: TemplateLocation) -> list[TemplateSite]:
@@ -302,12 +328,12 @@ def sites_at(workload: Mapping[str, Any], location: TemplateLocation) -> list[Te
             location.label.replace("{}", "/".join(labels)) if location.label else "",
             node,
         )
-        for steps, labels, node in _walk(workload, location.path.split("."), (), ())
+        for steps, labels, node in _walk(workload, location.segments, (), ())
     ]
 
 
 def _walk(
-    value: Any, segments: list[str], steps: tuple[Step, ...], labels: tuple[str, ...]
+    value: Any, segments: tuple[Segment, ...], steps: tuple[Step, ...], labels: tuple[str, ...]
 ) -> Iterator[tuple[tuple[Step, ...], tuple[str, ...], Mapping[str, Any]]]:
     if not segments:
         if isinstance(value, Mapping):
@@ -316,33 +342,21 @@ def _walk(
     if not isinstance(value, Mapping):
         return
     segment, rest = segments[0], segments[1:]
-    if rest and rest[0] == EACH_VALUE:
-        children = value.get(segment)
+    if isinstance(segment, Field):
+        yield from _walk(value.get(segment.name), rest, (*steps, segment.name), labels)
+        return
+    children = value.get(segment.name)
+    if isinstance(segment, EachValue):
         if isinstance(children, Mapping):
             for key, child in children.items():
-                yield from _walk(child, rest[1:], (*steps, segment, str(key)), (*labels, str(key)))
+                yield from _walk(child, rest, (*steps, segment.name, str(key)), (*labels, str(key)))
         return
-    listed = _LIST_SEGMENT.fullmatch(segment)
-    if listed is None:
-        yield from _walk(value.get(segment), rest, (*steps, segment), labels)
+    if not isinstance(children, list):
         return
-    items = value.get(listed["field"])
-    if not isinstance(items, list):
-        return
-    for index, item in enumerate(items):
-        name = item.get(listed["key"]) if isinstance(item, Mapping) else None
+    for index, item in enumerate(children):
+        name = item.get(segment.key) if segment.key and isinstance(item, Mapping) else None
         label = name if isinstance(name, str) and name else str(index)
-        yield from _walk(item, rest, (*steps, listed["field"], index), (*labels, label))
-
-
-def _runs_a_container(node: Mapping[str, Any]) -> bool:
-    return isinstance(node.get("container"), Mapping) or isinstance(node.get("script"), Mapping)
-
-
-def list_segment(segment: str) -> str | None:
-    """The list's field name when `segment` is `name[field]`, else None."""
-    listed = _LIST_SEGMENT.fullmatch(segment)
-    return listed["field"] if listed else None
+        yield from _walk(item, rest, (*steps, segment.name, index), (*labels, label))
 
 
 class DecisionRecord(msgspec.Struct, frozen=True):

@@ -18,17 +18,15 @@ from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
     DEFAULT_NAMESPACE,
-    EACH_VALUE,
     MIRROR,
     OPTIMIZE,
     SYSTEM_NAMESPACES,
     WORKLOAD_KINDS,
     WorkloadKind,
-    list_segment,
     sites_at,
     workload_kind,
 )
-from castslice.contract.patch import gpu_containers
+from castslice.contract.paths import EachItem, EachValue, Field, Segment
 from castslice.settings.config import Config
 from castslice.settings.policy_file import glob_regex
 from castslice.settings.rules import NamespacePattern, Policy, Requirement, Rule
@@ -163,7 +161,7 @@ def not_a_mirror_pod() -> str:
 def requests_gpu(gpu: str) -> str:
     """Some container of any kind names `gpu` in its requests or limits."""
     resources = [f"c.resources.{field}" for field in ("requests", "limits")]
-    names_gpu = cel.all_of(
+    names_it = cel.all_of(
         [
             "has(c.resources)",
             cel.any_of(cel.all_of([f"has({m})", f"{cel.string(gpu)} in {m}"]) for m in resources),
@@ -172,7 +170,7 @@ def requests_gpu(gpu: str) -> str:
     in_kinds = cel.any_of(
         (
             cel.all_of(
-                [f"has(object.spec.{kind})", cel.exists(f"object.spec.{kind}", "c", names_gpu)]
+                [f"has(object.spec.{kind})", cel.exists(f"object.spec.{kind}", "c", names_it)]
             )
             for kind in CONTAINER_LISTS
         ),
@@ -270,7 +268,7 @@ def carries_castslice_annotations(kinds: Sequence[WorkloadKind] | None = None) -
     """
     kinds = workload_kinds() if kinds is None else kinds
     # The object's own metadata is always there; a Pod template's may not be.
-    own = [_annotated_at("object.metadata", ["annotations"])]
+    own = [_annotated_at("object.metadata", (Field("annotations"),))]
     built_in = cel.any_of(
         dict.fromkeys([*own, *_template_terms(k for k in kinds if not k.custom_resource)]),
         separator="\n",
@@ -284,13 +282,13 @@ def carries_castslice_annotations(kinds: Sequence[WorkloadKind] | None = None) -
 
 def _template_terms(kinds: Iterable[WorkloadKind]) -> list[str]:
     return [
-        _annotated_at("object", location.annotations_path.split("."))
+        _annotated_at("object", location.annotations_segments)
         for kind in kinds
         for location in kind.templates
     ]
 
 
-def _annotated_at(base: str, segments: list[str], depth: int = 0) -> str:
+def _annotated_at(base: str, segments: Sequence[Segment], depth: int = 0) -> str:
     """Some `castops.io/` annotation in the map at the template path `segments` below `base`.
 
     Every field is tested with has() before it is read, and each wildcard becomes an
@@ -300,18 +298,16 @@ def _annotated_at(base: str, segments: list[str], depth: int = 0) -> str:
     current = base
     for index, segment in enumerate(segments):
         rest = segments[index + 1 :]
-        field = list_segment(segment) or segment
-        if field == EACH_VALUE:
-            continue
-        terms.append(f"has({current}.{field})")
-        current = f"{current}.{field}"
+        terms.append(f"has({current}.{segment.name})")
+        current = f"{current}.{segment.name}"
         variable = f"v{depth}"
-        if rest and rest[0] == EACH_VALUE:
-            inner = _annotated_at(f"{current}[{variable}]", rest[1:], depth + 1)
+        if isinstance(segment, EachValue):
+            inner = _annotated_at(f"{current}[{variable}]", rest, depth + 1)
             return cel.all_of([*terms, cel.exists(current, variable, inner)])
-        if field != segment:
+        if isinstance(segment, EachItem):
             inner = _annotated_at(variable, rest, depth + 1)
             return cel.all_of([*terms, cel.exists(current, variable, inner)])
+        assert isinstance(segment, Field)
     prefix = cel.string(ANNOTATION_PREFIX)
     return cel.all_of([*terms, cel.exists(current, "k", f"k.startsWith({prefix})")])
 
@@ -364,9 +360,26 @@ def sends_pod(
     rule = policy.first_match(namespace, metadata.get("labels") or {})
     if rule is None or not rule.optimize:
         return Selection(False, "not annotated, and no rule of the enrolment policy enrols it")
-    if not gpu_containers(pod.get("spec") or {}, config.gpu_resource):
-        return Selection(False, f"not annotated, and no container asks for {config.gpu_resource}")
+    if not names_gpu(pod.get("spec") or {}, config.gpu_resource):
+        return Selection(False, f"not annotated, and no container names {config.gpu_resource}")
     return SENT
+
+
+def names_gpu(spec: Mapping[str, Any], gpu: str) -> bool:
+    """Whether some container of any kind names `gpu` in its requests or limits, as
+    `requests_gpu` decides: by name, whatever the quantity (`0` included; the Pod decision
+    leaves such a container as it is)."""
+    for list_name in CONTAINER_LISTS:
+        containers = spec.get(list_name)
+        for container in containers if isinstance(containers, list) else ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for field in ("requests", "limits"):
+                asked = resources.get(field)
+                if isinstance(asked, Mapping) and gpu in asked:
+                    return True
+    return False
 
 
 def sends_workload(
@@ -387,17 +400,16 @@ def sends_workload(
     if excluded:
         return Selection(False, excluded)
     # As the matchCondition does: every template path of every kind, whatever the object's kind.
-    places = [workload.get("metadata") or {}]
+    places = [(workload.get("metadata") or {}).get("annotations")]
     places += [
-        site.node if location.shape == "pod-spec" else site.node.get("metadata") or {}
+        location.shape.annotations(site.node)
         for row_kind in WORKLOAD_KINDS
         for location in row_kind.templates
         for site in sites_at(workload, location)
     ]
-    for holder in places:
-        annotations = holder.get("annotations") if isinstance(holder, Mapping) else None
-        if isinstance(annotations, Mapping) and any(
-            str(key).startswith(ANNOTATION_PREFIX) for key in annotations
+    for held in places:
+        if isinstance(held, Mapping) and any(
+            str(key).startswith(ANNOTATION_PREFIX) for key in held
         ):
             return SENT
     return Selection(False, f"no {ANNOTATION_PREFIX} annotation on it or its Pod template")

@@ -12,8 +12,10 @@ is served from a CRD written here.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes.client
@@ -27,7 +29,7 @@ from .castslice_server import CastSliceServer
 from .conftest import missing
 from .kubectl import Kubectl
 from .operators import upstream_crds
-from .pods import Manifest
+from .pods import Manifest, create_pod, resources_of
 from .tools import MissingTool
 
 OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
@@ -233,3 +235,144 @@ def test_the_registration_naming_uninstalled_groups_is_accepted(
     [workloads] = [w for w in hook.webhooks if w.name == "workloads.castslice.castops.io"]
     groups = {group for rule in workloads.rules for group in rule.api_groups}
     assert {entry.group for entry in OPERATOR_KINDS} <= groups
+
+
+# The Pod an operator creates from each shape, built as its source builds it, created through
+# the API server with CastSlice registered: what the API server admits is what preview shows.
+
+APPLIED = "castslice.castops.io/applied"
+
+
+def _kserve_model() -> tuple[Manifest, Manifest, Callable[[Manifest], Manifest]]:
+    """KServe's `model` form (docs/samples/accelerators/tensorflow-gpu.yaml, kserve/kserve at
+    v0.20.0-rc0-104-gaaac4e294, as its defaulter rewrites `tensorflow`), and its Pod: the
+    predictor reconciler (components/predictor.go, buildPodSpec) makes `model` the first
+    container, kserve-container."""
+    model = {
+        "modelFormat": {"name": "tensorflow"},
+        "storageUri": "gs://kfserving-examples/models/tensorflow/flowers",
+        "runtimeVersion": "1.11.0-gpu",
+        "resources": {"limits": {GPU: "1"}},
+    }
+    spec = {"predictor": {"annotations": {OPTIMIZE: "true"}, "model": model}}
+    container = {
+        "name": "kserve-container",
+        "image": "registry.invalid/tfserving:1.11.0-gpu",
+        "resources": model["resources"],
+    }
+    pod = {"metadata": {"annotations": {OPTIMIZE: "true"}}, "spec": {"containers": [container]}}
+
+    def template(previewed: Manifest) -> Manifest:
+        predictor = previewed["spec"]["predictor"]
+        return {
+            "annotations": predictor["annotations"],
+            "containers": {"kserve-container": predictor["model"]["resources"]},
+        }
+
+    return spec, pod, template
+
+
+def _argo_sidecar() -> tuple[Manifest, Manifest, Callable[[Manifest], Manifest]]:
+    """Argo's examples/sidecar.yaml (argoproj/argo-workflows at v4.1.0-rc2-80-gf016ad89e) with
+    its sidecar asking for a GPU, and its Pod: workflowpod.go names the step's container
+    `main` and appends the sidecars."""
+    step = {
+        "name": "sidecar-example",
+        "metadata": {"annotations": {OPTIMIZE: "true"}},
+        "container": {"image": "alpine:3.23", "command": ["sh", "-c"], "args": ["true"]},
+        "sidecars": [
+            {
+                "name": "influxdb",
+                "image": "influxdb:1.2",
+                "command": ["influxd"],
+                "resources": {"limits": {GPU: "1"}},
+            }
+        ],
+    }
+    spec = {"entrypoint": "sidecar-example", "templates": [step]}
+    pod = {
+        "metadata": step["metadata"],
+        "spec": {"containers": [{**step["container"], "name": "main"}, *step["sidecars"]]},
+    }
+
+    def template(previewed: Manifest) -> Manifest:
+        [shown] = previewed["spec"]["templates"]
+        return {
+            "annotations": shown["metadata"]["annotations"],
+            "containers": {
+                "main": shown["container"].get("resources", {}),
+                "influxdb": shown["sidecars"][0]["resources"],
+            },
+        }
+
+    return spec, pod, template
+
+
+def _defaulted(resources: Manifest) -> Manifest:
+    """`resources` as the API server stores them: a request defaults to its limit."""
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    return {key: value for key, value in (("limits", limits), ("requests", requests)) if value}
+
+
+SHAPES = [
+    ("serving.kserve.io/v1beta1", "InferenceService", _kserve_model),
+    ("argoproj.io/v1alpha1", "Workflow", _argo_sidecar),
+]
+
+
+@pytest.mark.kubernetes("1.36")
+@pytest.mark.parametrize(
+    ("api_version", "kind", "shape"), SHAPES, ids=["kserve-model", "argo-sidecar"]
+)
+def test_the_pod_the_api_server_admits_is_the_one_preview_shows(
+    crds: None,
+    kubectl_user: Kubectl,
+    api: kubernetes.client.ApiClient,
+    castslice: CastSliceServer,
+    namespace: str,
+    tmp_path: Path,
+    api_version: str,
+    kind: str,
+    shape: Callable[[], tuple[Manifest, Manifest, Callable[[Manifest], Manifest]]],
+) -> None:
+    spec, pod, template_of = shape()
+    name = kind.lower()
+    manifest = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    # The operator's own schema accepts the resource as written.
+    kubectl_user.run("apply", "-n", namespace, "-f", str(path))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "castslice",
+            "preview",
+            "-o",
+            "json",
+            "-n",
+            namespace,
+            "-f",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    [previewed] = json.loads(done.stdout)["items"]
+
+    stored, _ = create_pod(
+        api,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", **pod, "metadata": {"name": name, **pod["metadata"]}},
+    )
+
+    shown = template_of(previewed)
+    admitted = resources_of(stored)
+    assert {key: _defaulted(admitted[key]) for key in shown["containers"]} == {
+        key: _defaulted(resources) for key, resources in shown["containers"].items()
+    }
+    assert stored["metadata"]["annotations"][APPLIED] == shown["annotations"][APPLIED]
+    assert "nothing to slice" not in done.stderr and "cannot preview" not in done.stderr

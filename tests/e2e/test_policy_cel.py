@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from castslice.contract.definitions import APPLIED
 from castslice.decision.admission import Admission
-from castslice.decision.selection import pod_match_conditions
+from castslice.decision.selection import pod_match_conditions, sends_pod
 from castslice.decision.slices import shorten
 from castslice.faces.environment import load_config
 from castslice.faces.policymode import render
@@ -246,3 +246,35 @@ def test_both_engines_warn_alike_about_workloads(backend: str) -> None:
             differences.append(f"{workload}\n webhook: {expected}\n policy:  {run.messages}")
     assert not differences, "\n".join(differences[:5])
     assert sum(bool(run.messages) for run in runs) > len(runs) // 2
+
+
+# Quantities as the webhook and a manifest write them, zero and odd spellings among them.
+ODD_QUANTITIES = ("0", "00", "0.0", 0, 0.0, "1e0", "1", "100m")
+
+
+def test_the_predicate_sends_the_pods_the_api_servers_cel_sends() -> None:
+    config = load_config({"CASTSLICE_POLICY": "rules: [{name: all, optimize: true}]"})
+    conditions = [item["expression"] for item in pod_match_conditions(config)]
+    pods = [
+        pod(
+            "p",
+            [{"name": "c", "image": "i", "resources": {field: {"nvidia.com/gpu": quantity}}}],
+            annotations=annotations,
+        )
+        for quantity in ODD_QUANTITIES
+        for field in ("limits", "requests")
+        for annotations in ({}, {"castops.io/optimize": "false"}, {"team.example.com/x": "1"})
+    ]
+    cases = [
+        (expression, {"object": sent, "request": {"namespace": "team-a"}})
+        for sent in as_sent(pods)
+        for expression in conditions
+    ]
+    values = [result.value for result in celeval.evaluate_many(cases)]
+    per_pod = len(conditions)
+    cel_sends = [all(values[index : index + per_pod]) for index in range(0, len(values), per_pod)]
+    assert [sends_pod(config, item, "team-a").sent for item in pods] == cel_sends
+    # `nvidia.com/gpu: "0"` under an enrolling policy: sent by the GPU's name.
+    assert cel_sends[0] and pods[0]["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "0"}
+    }

@@ -13,9 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from castslice.backends.base import Backend, ClaimTemplates, LeftAlone, NodeCheck, Placement
+from castslice.backends.base import (
+    Backend,
+    ClaimTemplates,
+    GpuView,
+    LeftAlone,
+    Manifest,
+    NodeCheck,
+    Placement,
+)
 from castslice.backends.dra import devices_check, templates_check
 from castslice.backends.dra.claim_templates import DraClaimTemplates, claim_shape, template_name
+from castslice.backends.dra.gpu_view import read_device_view
+from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointer_token
@@ -122,6 +132,13 @@ class DraBackend(Backend):
             f"backend {self.name}, device class {self.config.dra_device_class}, "
             f"capacity {self.config.dra_capacity}"
         )
+
+    def gpu_view(self, cluster: Cluster, nodes: Sequence[Manifest]) -> GpuView:
+        # The claims' allocations name the device; the nodes add nothing to that.
+        return read_device_view(cluster, self.config)
+
+    def report_rights(self) -> str:
+        return "list resourceclaims and resourceslices"
 
     def quota_resource(self) -> str | None:
         # Claims count against `<class>.deviceclass.resource.k8s.io/devices`, not a resource.

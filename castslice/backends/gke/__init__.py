@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends.base import Placement, SharingPoolBackend
+from castslice.backends.base import Placement, SharingPoolBackend, label_count
 
 STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
@@ -66,6 +66,12 @@ class GkeBackend(SharingPoolBackend):
 
     def describe(self) -> str:
         return f"backend {self.name}"
+
+    def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
+        # A sharing node advertises one nvidia.com/gpu per client of each physical GPU.
+        if resource != self.config.gpu_resource:
+            return None
+        return label_count(labels.get(MAX_CLIENTS)) or 1
 
     def quota_resource(self) -> str | None:
         # GKE keeps the GPU resource: quotas on it count opted-in Pods too.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends.base import Placement, SharingPoolBackend
+from castslice.backends.base import Placement, SharingPoolBackend, label_count
 
 REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"
@@ -70,6 +70,12 @@ class NvidiaBackend(SharingPoolBackend):
             f"renameByDefault: true and replicas {degrees}, keep GPU nodes without sharing for "
             "whole GPUs, or set CASTSLICE_SHARING_DEGREES to the replicas your nodes have"
         )
+
+    def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
+        # GPU Feature Discovery labels the replicas each GPU was split into.
+        if resource == self.shared_resource:
+            return label_count(labels.get(REPLICAS))
+        return 1 if resource == self.config.gpu_resource else None
 
     def quota_units_per_gpu(self) -> int:
         # One unit per client; the most clients a sharing pool gives one GPU.

@@ -21,6 +21,3 @@ class ResourceBackend(Backend):
             f"make the device plugin advertise {self.shared_resource} in slices, or set "
             "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer"
         )
-
-    def policy_arithmetic(self) -> str:
-        return "slice-count"

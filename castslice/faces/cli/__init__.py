@@ -29,6 +29,8 @@ COMMANDS = {
     "for the namespaces given",
     "doctor": "check a live installation: registration, endpoint, a dry-run Pod, nodes, "
     "Pending Pods, quotas and fail-open calls (read-only)",
+    "report": "show who shares which GPU and how many GPUs sharing saved, by namespace and "
+    "workload, with the Pending Pods and why (read-only; --serve: the same as metrics)",
 }
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2

@@ -28,12 +28,7 @@ _DEFAULT_TIMEOUT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
-    )
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+    add_cluster_arguments(parser)
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
@@ -47,6 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="default",
         help="namespace for the dry-run Pods; it must not be excluded (default: default)",
     )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that reads a live cluster: which one, and how patiently."""
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -56,12 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def cluster_from(args: argparse.Namespace, command: str) -> Cluster:
+    """The cluster `add_cluster_arguments`' flags name; CommandError when it is unusable."""
     if not args.timeout > 0:
         raise CommandError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    return Cluster(connect(args.kubeconfig, args.context, command), timeout=args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    api = connect(args.kubeconfig, args.context)
-    cluster = Cluster(api, timeout=args.timeout)
+    cluster = cluster_from(args, "doctor")
+    api = cluster.api
     try:
         version = _server_version(cluster)
         results = run_checks(cluster, config, args.name, args.namespace)
@@ -79,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if any(not result.ok for result in results) else EXIT_OK
 
 
-def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.ApiClient:
+def connect(
+    kubeconfig: str | None, context: str | None, command: str = "doctor"
+) -> kubernetes.client.ApiClient:
     """A client for the kubeconfig (or in-cluster) credentials; CommandError when unusable."""
     configuration = kubernetes.client.Configuration()
     in_cluster = (
@@ -100,7 +112,7 @@ def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.Ap
                 config_file=kubeconfig,
                 context=context,
                 client_configuration=configuration,
-                # Never write refreshed credentials back: doctor changes nothing.
+                # Never write refreshed credentials back: doctor and report change nothing.
                 persist_config=False,
             )
     except (kubernetes.config.ConfigException, OSError, yaml.YAMLError, ValueError) as error:
@@ -113,8 +125,8 @@ def connect(kubeconfig: str | None, context: str | None) -> kubernetes.client.Ap
     # One retry rides out a blip; more would only delay the message when the server is down.
     configuration.retries = 1
     api = kubernetes.client.ApiClient(configuration)
-    # So the API server's audit log tells doctor's reads and dry runs apart.
-    api.user_agent = f"castslice-doctor/{__version__}"
+    # So the API server's audit log tells the command's reads and dry runs apart.
+    api.user_agent = f"castslice-{command}/{__version__}"
     return api
 
 

@@ -26,6 +26,7 @@ import jsonpatch
 import msgspec
 
 from castslice.contract.definitions import WorkloadKind, templates
+from castslice.contract.patch import gpu_containers
 from castslice.contract.review import (
     POD_KIND,
     GroupVersionKind,
@@ -36,14 +37,8 @@ from castslice.contract.review import (
 from castslice.decision.admission import Admission
 from castslice.decision.outcome import Outcome
 from castslice.decision.selection import sends_pod, sends_workload
-from castslice.decision.workloads import (
-    kind_of,
-    node_at,
-    pod_templates,
-    template_of,
-    templated_pod,
-    write_back,
-)
+from castslice.decision.slices import is_opted_in
+from castslice.decision.workloads import kind_of, own_annotations
 from castslice.faces.cli import EXIT_OK, EXIT_PROBLEM, CommandError
 from castslice.faces.cli.settings import config_from
 from castslice.faces.manifest_files import (
@@ -56,6 +51,7 @@ from castslice.faces.manifest_files import (
 )
 
 DEFAULT_NAMESPACE = "default"
+CANNOT_PREVIEW = "sliced at admission, cannot preview"
 _UID = "castslice-preview"
 _OBJECT_PATH = re.compile(r"\$\.request\.object\.?")
 
@@ -138,6 +134,8 @@ class Preview:
     not_sent: str | None = None
     # Set for an operator's resource (PyTorchJob, RayCluster…), counted by kind in the summary.
     operator_kind: str | None = None
+    # Pods CastSlice rewrites at admission that the preview cannot show, and why.
+    cannot_preview: list[str] = field(default_factory=list)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     for item in flat:
         for warning in item.warnings:
             print(f"Warning: {item.reference}: {warning}", file=sys.stderr)
+        for note in item.cannot_preview:
+            print(f"Note: {item.reference}: {note}", file=sys.stderr)
         if item.not_sent:
             print(
                 f"Note: {item.reference}: not sent to CastSlice: {item.not_sent}", file=sys.stderr
@@ -197,65 +197,65 @@ def preview(
     # The workload and the Pods it creates are separate requests, each sent or not on its own.
     sent = sends_workload(manifest, kind["group"], kind["version"], kind["kind"], namespace)
     warnings = _warnings(checked) if sent.sent else []
-    if workload.custom_resource:
-        return _preview_operator_resource(
-            admission, where, manifest, namespace, reference, workload, warnings, sent.why_not
-        )
-    templates = pod_templates(manifest, workload)
-    if not templates:
-        return Preview(reference, manifest, manifest, "unchanged", warnings, sent.why_not)
-    after = manifest
-    status = "unchanged"
-    not_sent: str | None = None
-    for _, path, template in templates:
-        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(templated_pod(template))}
-        outcome, pod_after = _review_pod(admission, where, pod, namespace, ".".join(path))
-        selection = sends_pod(config, pod, namespace)
-        if not selection.sent:
-            not_sent = not_sent or f"its Pods: {selection.why_not}"
-            continue
-        if _status(outcome) == "sliced":
-            status = "sliced"
-        if pod_after != pod:
-            after = copy.deepcopy(manifest) if after is manifest else after
-            _replace_template(after, path, pod_after)
-    return Preview(reference, manifest, after, status, warnings, not_sent)
+    return _preview_templates(
+        admission, where, manifest, namespace, reference, workload, warnings, sent.why_not
+    )
 
 
-def _preview_operator_resource(
+def _preview_templates(
     admission: Admission,
     where: str,
     manifest: dict[str, Any],
     namespace: str,
     reference: str,
-    operator: WorkloadKind,
+    workload: WorkloadKind,
     warnings: list[str],
-    resource_not_sent: str | None,
+    workload_not_sent: str | None,
 ) -> Preview:
-    """Each Pod template rewritten as the Pods the operator creates from it will be."""
-    own = _metadata(manifest).get("annotations") if operator.own_annotations_reach_pods else None
-    sites = templates(operator, manifest)
-    if not sites:
-        return Preview(
-            reference, manifest, manifest, "unchanged", warnings, resource_not_sent, operator.kind
-        )
+    """Each Pod template rewritten, in the workload's own shape, as the Pods made from it."""
+    operator_kind = workload.kind if workload.custom_resource else None
+    sites = templates(workload, manifest)
+    own = own_annotations(workload, manifest)
     after, sliced = manifest, False
-    not_sent: str | None = None
+    unsent: list[str] = []
+    cannot_preview: list[str] = []
     for site in sites:
-        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(template_of(site, own))}
+        made = site.location.shape.pod(site.node, own)
+        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(made.template)}
         pod["metadata"] = pod.get("metadata") or {}
+        pod["spec"] = pod.get("spec") or {}
         outcome, pod_after = _review_pod(admission, where, pod, namespace, site.where)
         selection = sends_pod(admission.config, pod, namespace)
+        named = f"{site.label}: " if site.label else ""
+        if (
+            made.unseen is not None
+            and is_opted_in(pod["metadata"].get("annotations") or {})
+            and not gpu_containers(pod["spec"], admission.config.gpu_resource)
+        ):
+            cannot_preview.append(
+                f"{named}its Pods' containers come from {made.unseen}; any "
+                f"{admission.config.gpu_resource} they ask for is {CANNOT_PREVIEW}"
+            )
         if not selection.sent:
-            not_sent = not_sent or f"its Pods: {selection.why_not}"
+            unsent.append(selection.why_not or "")
             continue
         sliced = sliced or outcome.decision == "mutated"
         if pod_after != pod:
             if after is manifest:
                 after = copy.deepcopy(manifest)
-            write_back(node_at(after, site), site, pod_after)
+            node = site.node_in(after)
+            unwritable = site.location.shape.write_back(node, pod, pod_after)
+            if unwritable:
+                cannot_preview.append(f"{named}{CANNOT_PREVIEW}: {unwritable}")
+    # The workload's own review matters only when it has no Pods to show; of the Pods, said
+    # only when none is sent (a CPU head left out while its workers are sliced is no news).
+    not_sent = workload_not_sent if not sites else None
+    if unsent and len(unsent) == len(sites):
+        not_sent = f"its Pods: {unsent[0]}"
     status: Status = "sliced" if sliced else "unchanged"
-    return Preview(reference, manifest, after, status, warnings, not_sent, operator.kind)
+    return Preview(
+        reference, manifest, after, status, warnings, not_sent, operator_kind, cannot_preview
+    )
 
 
 def diff(previews: list[Preview], backend: str) -> str:
@@ -340,17 +340,6 @@ def _review(
             detail += '; quote such values in YAML ("true", "1")'
         raise ManifestError(f"{where}: not a valid {manifest['kind']}: {detail}") from None
     return admission.review(request)
-
-
-def _replace_template(manifest: dict[str, Any], path: tuple[str, ...], pod: dict[str, Any]) -> None:
-    parent: Any = manifest
-    for key in path[:-1]:
-        parent = parent[int(key)] if isinstance(parent, list) else parent[key]
-    template = parent[path[-1]]
-    if "metadata" not in template:
-        template = {"metadata": None, **template}
-    template["metadata"], template["spec"] = pod["metadata"], pod["spec"]
-    parent[path[-1]] = template
 
 
 def _document_after(document: Document, previews: list[Preview]) -> dict[str, Any]:

@@ -8,22 +8,18 @@ request, as the scheduler counts it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
-
-from kubernetes.utils import parse_quantity
 
 from castslice.backends import Backend, Placement, backend_for
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed, warning
+from castslice.contract.scheduling import BOUND_PODS, allocatable, pod_request
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]
 
 CHECK = "nodes"
-# Pods that still hold their resources on a node.
-BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 def check_nodes(cluster: Cluster, config: Config) -> Result:
@@ -98,34 +94,6 @@ def serves(backend: Backend, node: Manifest, placement: Placement) -> bool:
     return allocatable(node, placement.resource) > 0
 
 
-def allocatable(node: Manifest, resource: str) -> int:
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
-    return _count(value)
-
-
-def pod_request(pod: Manifest, resource: str) -> int:
-    """What the scheduler reserves of `resource` for `pod`.
-
-    The larger of the app containers plus sidecars and each init container
-    (plus the sidecars started before it), as kube-scheduler computes it.
-    """
-    spec = pod.get("spec") or {}
-    sidecars = 0
-    init_peak = 0
-    for container in spec.get("initContainers") or []:
-        asked = _container_request(container, resource)
-        if container.get("restartPolicy") == "Always":
-            sidecars += asked
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, sidecars + asked)
-    running = sidecars + sum(
-        _container_request(container, resource) for container in spec.get("containers") or []
-    )
-    overhead = _count((spec.get("overhead") or {}).get(resource))
-    return max(running, init_peak) + overhead
-
-
 def room(
     backend: Backend, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
 ) -> int:
@@ -141,24 +109,6 @@ def room(
             free = allocatable(node, placement.resource) - used.get(node["metadata"]["name"], 0)
             total += max(free, 0) // placement.quantity
     return total
-
-
-def _container_request(container: Manifest, resource: str) -> int:
-    resources = container.get("resources") or {}
-    # Extended resources cannot be overcommitted: a limit alone is also the request.
-    value = (resources.get("requests") or {}).get(resource)
-    if value is None:
-        value = (resources.get("limits") or {}).get(resource)
-    return _count(value)
-
-
-def _count(value: object) -> int:
-    if value is None:
-        return 0
-    try:
-        return math.ceil(parse_quantity(value))
-    except ValueError:
-        return 0
 
 
 def _describe(placement: Placement) -> str:

@@ -15,6 +15,7 @@ from castslice.backends import backend_for
 from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import APPLIED
 from castslice.contract.findings import Result, failed, passed
+from castslice.contract.scheduling import unschedulable_message
 from castslice.faces.doctor.capacity import needed_placements
 from castslice.settings.config import Config
 
@@ -70,7 +71,7 @@ def waiting_reason(pod: Manifest, resources: set[str], shared: str) -> str | Non
     Any Pod short of the shared resource counts; short of the GPU resource or
     of matching nodes, only Pods CastSlice rewrote.
     """
-    message = _unschedulable_message(pod)
+    message = unschedulable_message(pod)
     if message is None:
         return None
     rewritten = APPLIED in ((pod.get("metadata") or {}).get("annotations") or {})
@@ -81,15 +82,4 @@ def waiting_reason(pod: Manifest, resources: set[str], shared: str) -> str | Non
         return "Insufficient " + ", ".join(sorted(lacking))
     if rewritten and _NO_MATCHING_NODE in message:
         return _NO_MATCHING_NODE_TEXT
-    return None
-
-
-def _unschedulable_message(pod: Manifest) -> str | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
-        ):
-            return str(condition.get("message") or "")
     return None

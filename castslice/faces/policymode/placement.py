@@ -7,7 +7,7 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
-from castslice.backends import Placement, backend_for, sharing_degree
+from castslice.backends import Placement, backend_for
 from castslice.contract import cel
 from castslice.contract.cel import Expr, literal, string, variable
 from castslice.decision.slices import share_text
@@ -28,18 +28,10 @@ class PlacementCel:
         self.backend = backend_for(config)
         self.gpu = config.gpu_resource
         self.placement_keys = self.backend.placement_keys
-        per_gpu = config.slices_per_gpu
-        # s = S // d reaches every degree d the backend can ever choose (d <= S).
-        self.sharing: dict[int, Placement] = {}
-        self.counts_slices = self.backend.policy_arithmetic() == "slice-count"
-        if not self.counts_slices:
-            for offered in config.sharing_degrees:
-                if offered <= per_gpu:
-                    slices = per_gpu // offered
-                    degree = sharing_degree(config, slices)
-                    if degree is not None:
-                        self.sharing[degree] = self.backend.place(slices)
-        self.whole = self.backend.place(per_gpu)
+        pools = self.backend.sharing_pools()
+        self.counts_slices = pools is None
+        self.sharing: dict[int, Placement] = dict(pools or {})
+        self.whole = self.backend.place(config.slices_per_gpu)
         self.resource = self._one_value(
             {p.resource for p in self.sharing.values()} or {self.backend.shared_resource}
         )

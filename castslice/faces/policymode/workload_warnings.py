@@ -9,7 +9,7 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from castslice.contract import cel
+from castslice.contract import cel, paths
 from castslice.contract.cel import Expr, literal, string, variable
 from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
@@ -89,7 +89,12 @@ def _by_kind(choices: list[tuple[list[str], Expr]]) -> Expr:
 
 
 def _optional_path(dotted: str) -> Expr:
-    return "object.?" + dotted.replace(".", ".?")
+    """`object.?a.?b` for the template path `a.b`, read by the one path parser; policy mode
+    renders fixed paths only (rendered_kinds leaves out those with wildcards)."""
+    segments = paths.parse(dotted)
+    if paths.has_wildcards(segments):
+        raise paths.PathError(f"template path {dotted!r}: policy mode renders no wildcards")
+    return "object" + "".join(f".?{segment.name}" for segment in segments)
 
 
 def workload_variables(config: Config, placement: PlacementCel) -> Variables:
