@@ -2,10 +2,12 @@
 
 `python -m bench.e2e_latency` (part of `python -m bench`) starts the end-to-end
 suite's control plane and times Pod creates from a client, alternating one by one
-between five set-ups, all live at once, each selecting a namespace of its own:
+between six set-ups, all live at once, each selecting a namespace of its own:
 
 - none: no webhook, no admission policy;
 - castslice: CastSlice as deployed, functions-framework (gunicorn) behind nginx TLS;
+- castslice flask: the same on functions-framework's default server (`--target=mutate`,
+  Flask on gunicorn's threads), what `functions-framework --target=mutate` serves;
 - go: bench/reference/main.go, Go's standard library doing the same rewrite,
   behind the same nginx TLS front end, registered with the same configuration;
 - policy: `castslice policy`'s admission policies, run by the API server itself;
@@ -45,6 +47,7 @@ from tests.e2e.kubectl import Kubectl
 from tests.e2e.pods import create_namespace
 from tests.e2e.registration import configuration_for
 from tests.procs import wait_until
+from tests.served import TARGETS
 
 from . import bodies
 from .report import Spread, load_average
@@ -54,9 +57,10 @@ DEFAULT_OUTPUT = REPO / "bench" / "results" / "e2e-latest.md"
 REFERENCE = REPO / "bench" / "reference"
 # Built outside the tree, once per source version (go build caches the rest).
 REFERENCE_BINARY = Path.home() / ".cache" / "castslice" / "bench" / "reference"
-SETUPS = ("none", "castslice", "go", "policy", "policy floor")
+FLASK_TARGET = TARGETS["flask"]
+SETUPS = ("none", "castslice", "castslice flask", "go", "policy", "policy floor")
 # The set-ups that rewrite the Pod; the others store it as sent.
-MUTATING = ("castslice", "go", "policy")
+MUTATING = ("castslice", "castslice flask", "go", "policy")
 FLOOR_POLICY = "floor.bench.castslice.castops.io"
 # The set-ups the API server runs itself, by the name of their MutatingAdmissionPolicy.
 POLICIES = {"policy": POD_WEBHOOK, "policy floor": FLOOR_POLICY}
@@ -183,14 +187,20 @@ class Setups:
 
 def _registration(setup: str, server: CastSliceServer) -> dict[str, Any]:
     """The generated configuration for `server`, named for `setup` and selecting only its
-    namespace; the reference's webhooks renamed, so the API server's metrics tell them apart."""
+    namespace; the others' webhooks renamed, so the API server's metrics tell them apart."""
     document = configuration_for(server.url(), server.ca_pem, load_config(server.settings))
-    document["metadata"]["name"] = f"castslice-bench-{setup}"
+    document["metadata"]["name"] = f"castslice-bench-{_label(setup)}"
     for hook in document["webhooks"]:
         hook["namespaceSelector"].setdefault("matchLabels", {})[SETUP] = _label(setup)
-        if setup != "castslice":
-            hook["name"] = hook["name"].replace("castslice", f"{setup}-reference")
+        hook["name"] = _webhook_name(setup, hook["name"])
     return document
+
+
+def _webhook_name(setup: str, name: str) -> str:
+    """A webhook's name for `setup`: CastSlice's as generated, the others' renamed for theirs."""
+    if setup == "castslice":
+        return name
+    return name.replace("castslice", "go-reference" if setup == "go" else _label(setup))
 
 
 def _bound_to_namespace(policy: str) -> str:
@@ -304,6 +314,7 @@ def render(
             rows.append(f"| {mode} | {setup} | {_ms(p50)} | {_ms(p99)} | {added} |")
     ratio_rows = [
         *_ratio_rows(samples, "castslice", "go", "CastSlice ÷ Go reference", VERSUS_GO_TARGET),
+        *_ratio_rows(samples, "castslice flask", "go", "CastSlice on Flask ÷ Go reference"),
     ]
     if "policy" in setups:
         ratio_rows += _ratio_rows(
@@ -432,6 +443,9 @@ def environment() -> Iterator[
         plane = stack.enter_context(LocalControlPlane(binaries))
         servers = {
             "castslice": stack.enter_context(CastSliceServer(nginx, log_through_pipe=True)),
+            "castslice flask": stack.enter_context(
+                CastSliceServer(nginx, log_through_pipe=True, target=FLASK_TARGET)
+            ),
             "go": stack.enter_context(CastSliceServer(nginx, program=[str(go)])),
         }
         yield plane.api_client(), servers, Kubectl(kubectl, plane.kubeconfig)
@@ -519,11 +533,7 @@ def _admission_time(api: kubernetes.client.ApiClient, setup: str) -> tuple[float
         samples = apiserver_metrics.webhook_samples(api, prefix=family)
     else:
         family, label = apiserver_metrics.DURATION, "name"
-        name = (
-            POD_WEBHOOK.replace("castslice", f"{setup}-reference")
-            if setup != "castslice"
-            else POD_WEBHOOK
-        )
+        name = _webhook_name(setup, POD_WEBHOOK)
         samples = apiserver_metrics.webhook_samples(api)
     return (
         apiserver_metrics.total(samples, family, name, part="_sum", label=label),

@@ -12,21 +12,28 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import shlex
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from . import bodies as benchmark_bodies
 from . import e2e_latency
 from .coldstart import cold_start_seconds
 from .load import LoadSettings
-from .report import BodyResult, ColdStartResult, Machine, Run, load_average, render
-from .servers import FLOOR, FUNCTION, REPO, FunctionSource, Server
-from .sidebyside import require_two_cpus, side_by_side, spread
+from .report import FACES, BodyResult, ColdStartResult, Machine, Run, load_average, render
+from .servers import FLASK_FLOOR, FLOOR, FUNCTION, REPO, FunctionSource, Server
+from .sidebyside import alternating, require_two_cpus, spread
 
 DEFAULT_OUTPUT = REPO / "bench" / "results" / "latest.md"
+# What functions-framework reads to shape its gunicorn server (functions_framework/_http/
+# gunicorn.py); the flags it takes have none of them.
+SERVER_SETTINGS = ("THREADS", "WORKERS")
+# Each face is measured against the floor on its own server.
+FLOORS = {"asgi": FLOOR, "flask": FLASK_FLOOR}
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +59,15 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=FUNCTION.source,
         help="function source to measure instead of main.py (e.g. a modified copy of the tree)",
+    )
+    parser.add_argument(
+        "--server-setting",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        type=_server_setting,
+        help="a setting functions-framework reads (THREADS=1, WORKERS=2) for every server "
+        "the guard starts, CastSlice's and the floors' alike; repeatable",
     )
     return parser.parse_args(argv)
 
@@ -80,18 +96,27 @@ def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
     )
     # main.py sits at the root of its tree, whose castslice it imports.
     source = arguments.source.resolve()
-    function = FunctionSource("castslice", source, root=source.parent)
+    shape = tuple(arguments.server_setting)
+    functions = {
+        face: FunctionSource(f"castslice-{face}", source, target, source.parent, shape)
+        for face, target in FACES.items()
+    }
+    floors = {face: dataclasses.replace(FLOORS[face], settings=shape) for face in FACES}
     machine = Machine.describe()
     with tempfile.TemporaryDirectory(prefix="castslice-bench-") as scratch:
         work = Path(scratch)
         body_files = benchmark_bodies.write_bodies(work / "bodies")
-        results = measure_throughput(function, body_files, settings, arguments.rounds, work)
-        cold_start = measure_cold_start(
-            function, body_files["typical"].read_bytes(), arguments.cold_starts, work
+        results = measure_throughput(
+            functions, floors, body_files, settings, arguments.rounds, work
         )
+        typical = body_files["typical"].read_bytes()
+        cold_starts = [
+            measure_cold_start(face, function, floors[face], typical, arguments.cold_starts, work)
+            for face, function in functions.items()
+        ]
     machine.load_average_end = load_average()
 
-    run = Run(machine, settings, arguments.rounds, results, cold_start, _command(argv))
+    run = Run(machine, settings, arguments.rounds, results, cold_starts, _command(argv))
     report = render(run)
     print(report)
     _write(arguments.output, report, run)
@@ -99,22 +124,33 @@ def guard(arguments: argparse.Namespace, argv: list[str] | None) -> int:
 
 
 def measure_throughput(
-    source: FunctionSource,
+    functions: dict[str, FunctionSource],
+    floors: dict[str, FunctionSource],
     body_files: dict[str, Path],
     settings: LoadSettings,
     rounds: int,
     work: Path,
 ) -> list[BodyResult]:
-    """Every body, `rounds` times, CastSlice and the floor loaded together."""
+    """Every body, `rounds` times, each face and its floor loaded together, the faces'
+    rounds alternating."""
     results = []
-    with Server(source, work) as function, Server(FLOOR, work) as floor:
+    with ExitStack() as stack:
+        pairs = {
+            face: (
+                stack.enter_context(Server(function, work)),
+                stack.enter_context(Server(floors[face], work)),
+            )
+            for face, function in functions.items()
+        }
         for name, path in body_files.items():
-            check_answers(function, floor, name, path.read_bytes())
+            for function, floor in pairs.values():
+                check_answers(function, floor, name, path.read_bytes())
         for name, path in body_files.items():
-            rounds_together = side_by_side(function, floor, path, settings, rounds)
-            result = BodyResult(name, path.stat().st_size, rounds_together)
-            results.append(result)
-            _progress(f"{name:>12}: castslice ÷ floor {spread(result.ratios())}")
+            rounds_by_face = alternating(list(pairs.values()), path, settings, rounds)
+            for face, rounds_together in zip(pairs, rounds_by_face, strict=True):
+                result = BodyResult(face, name, path.stat().st_size, rounds_together)
+                results.append(result)
+                _progress(f"{face:>5} {name:>12}: castslice ÷ floor {spread(result.ratios())}")
     return results
 
 
@@ -129,25 +165,34 @@ def check_answers(function: Server, floor: Server, name: str, body: bytes) -> No
 
 
 def measure_cold_start(
-    source: FunctionSource, body: bytes, runs: int, work: Path
+    face: str, source: FunctionSource, floor: FunctionSource, body: bytes, runs: int, work: Path
 ) -> ColdStartResult:
-    """Alternating cold starts of CastSlice and the floor, after one unmeasured start each."""
-    result = ColdStartResult()
+    """Alternating cold starts of a face and its floor, after one unmeasured start each."""
+    result = ColdStartResult(face)
     # The first start of each writes its bytecode caches and fills the page cache: what
     # is measured is a start from a ready image, its bytecode compiled at build time.
-    for function in (source, FLOOR):
+    for function in (source, floor):
         cold_start_seconds(function, body, work)
     for run_index in range(runs):
-        order = [(source, result.function), (FLOOR, result.floor)]
+        order = [(source, result.function), (floor, result.floor)]
         if run_index % 2:
             order.reverse()
         for function, seconds in order:
             seconds.append(cold_start_seconds(function, body, work))
         _progress(
-            f"cold start {run_index + 1}/{runs}: castslice {result.function[-1]:.3f} s, "
+            f"{face} cold start {run_index + 1}/{runs}: castslice {result.function[-1]:.3f} s, "
             f"floor {result.floor[-1]:.3f} s"
         )
     return result
+
+
+def _server_setting(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or name not in SERVER_SETTINGS:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with NAME one of {', '.join(SERVER_SETTINGS)}, got {text!r}"
+        )
+    return name, value
 
 
 def _command(argv: list[str] | None) -> str:

@@ -48,12 +48,15 @@ class FunctionSource:
     source: Path
     target: str = "mutate"
     root: Path = REPO
+    # Server-shape settings (WORKERS, THREADS) a run sets on purpose; none by default.
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 # The image's target (the ASGI server); FLASK is the default server's, for comparison.
 FUNCTION = FunctionSource("castslice", REPO / "main.py", target="mutate_asgi")
 FLASK = FunctionSource("castslice-flask", REPO / "main.py", target="mutate")
 FLOOR = FunctionSource("floor", REPO / "bench" / "floor" / "main.py")
+FLASK_FLOOR = FunctionSource("floor-flask", FLOOR.source, target="mutate_flask")
 
 
 def functions_framework_command() -> str:
@@ -95,7 +98,7 @@ class Server:
             self.process = subprocess.Popen(
                 command,
                 cwd=function.root,
-                env=server_environment(function.root),
+                env={**server_environment(function.root), **dict(function.settings)},
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,

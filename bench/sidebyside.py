@@ -66,14 +66,24 @@ def side_by_side(
     server: Server, baseline: Server, body_file: Path, settings: LoadSettings, rounds: int
 ) -> Rounds:
     """`rounds` rounds of both servers loaded at the same time on one shared CPU."""
-    for each in (server, baseline):
-        _pin(each)
-    result = Rounds()
+    return alternating([(server, baseline)], body_file, settings, rounds)[0]
+
+
+def alternating(
+    pairs: list[tuple[Server, Server]], body_file: Path, settings: LoadSettings, rounds: int
+) -> list[Rounds]:
+    """`rounds` rounds of each pair as `side_by_side` loads it, the pairs taking turns
+    round by round, so that a slow moment of the machine falls on all of them alike."""
+    for pair in pairs:
+        for each in pair:
+            _pin(each)
+    results = [Rounds() for _ in pairs]
     for _ in range(rounds):
-        mine, base = _load_together([server, baseline], body_file, settings)
-        result.server.append(mine)
-        result.baseline.append(base)
-    return result
+        for (server, baseline), result in zip(pairs, results, strict=True):
+            mine, base = _load_together([server, baseline], body_file, settings)
+            result.server.append(mine)
+            result.baseline.append(base)
+    return results
 
 
 def spread(values: list[float]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ import pytest
 
 from tests.factories import apply_response, make_pod, make_review, opted_in
 from tests.procs import free_port, serving
-from tests.served import TARGETS, functions_framework_command
+from tests.served import TARGETS, environment, functions_framework_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,6 +86,51 @@ def test_chunked_body_over_the_limit_is_refused_and_serving_goes_on(server) -> N
     assert send(server, "POST", valid, JSON, chunked=True)[0] == 200
 
 
+LIMIT = 7 * 1024 * 1024
+
+
+def padded_review(size: int) -> bytes:
+    """A valid review of exactly `size` bytes: an opted-in Pod and a padding field."""
+    valid = json.dumps(make_review(make_pod(opted_in()))).encode()
+    padding = size - len(valid) - len(b', "padding": ""')
+    return valid[:-1] + b', "padding": "' + b"x" * padding + b'"}'
+
+
+@pytest.mark.parametrize(("size", "status"), [(LIMIT, 200), (LIMIT + 1, 413)])
+def test_a_chunked_body_is_read_to_the_limit_and_not_a_byte_past_it(server, size, status) -> None:
+    body = padded_review(size)
+    assert len(body) == size
+
+    def chunks() -> Iterator[bytes]:
+        # Chunk sizes that do not divide the limit, so no read lands on it by chance.
+        for start in range(0, size, 1_000_003):
+            yield body[start : start + 1_000_003]
+
+    got_status, content_type, raw = send(server, "POST", chunks(), JSON, chunked=True)
+    assert (got_status, content_type) == (status, "application/json")
+    if status == 200:
+        assert json.loads(raw)["response"]["allowed"] is True
+    else:
+        assert json.loads(raw) == {"error": "the body is larger than 7340032 bytes (7 MiB)"}
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(server) -> None:
+    with socket.create_connection(server, timeout=30) as connection:
+        connection.sendall(
+            b"POST / HTTP/1.1\r\nHost: castslice\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (LIMIT + 1)
+        )
+        # Not a byte of the body is sent: the answer comes from the headers alone, and the
+        # connection, with the whole body still to come, is closed after it.
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert json.loads(body) == {"error": "the body is larger than 7340032 bytes (7 MiB)"}
+    assert send(server, "GET")[0] == 200
+
+
 @pytest.mark.parametrize(
     ("method", "body", "headers", "status"),
     [
@@ -145,3 +191,16 @@ def test_make_run_serves_the_readme_example(tmp_path: Path) -> None:
     assert response["auditAnnotations"] == {
         "slices": "4", "slice-source": "workload-type", "backend": "resource",
     }  # fmt: skip
+
+
+def test_the_function_loads_without_the_kubernetes_client() -> None:
+    # Only doctor talks to a cluster; loading the client with the backends took longer
+    # than the rest of a cold start together.
+    code = "import sys, main; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment(),
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    modules = set(loaded.stdout.strip().strip("[]").replace("'", "").split(", "))
+    assert {"castslice", "functions_framework", "msgspec"} <= modules
+    assert not modules & {"kubernetes", "urllib3"}

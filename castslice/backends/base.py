@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
-from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import (
@@ -25,6 +24,10 @@ from castslice.contract.patch import (
 )
 from castslice.contract.scheduling import allocatable, pod_request
 from castslice.settings.config import Config
+
+if TYPE_CHECKING:
+    # Only doctor's checks get a Cluster; the webhook's start never loads the client.
+    from castslice.contract.cluster import Cluster
 
 Manifest = dict[str, Any]
 

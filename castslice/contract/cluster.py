@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kubernetes.client
-import urllib3
+if TYPE_CHECKING:
+    import kubernetes.client
 
 Manifest = dict[str, Any]
 Query = Sequence[tuple[str, str]]
@@ -86,6 +86,11 @@ class Cluster:
             body=body,
             auth_settings=["BearerToken"],
         )
+        # Loaded here, where a client already is: the webhook imports this module with its
+        # backends, and the client's import would double its start.
+        import kubernetes.client
+        import urllib3
+
         try:
             response = self.api.call_api(*serialized, _request_timeout=self.timeout)
             data = response.read()

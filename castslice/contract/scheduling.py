@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 Manifest = dict[str, Any]
 
 # A field selector for the Pods that still hold their resources on a node.
@@ -67,6 +65,10 @@ def count(value: object) -> int:
     """A quantity as a whole number, rounded up; 0 when absent or unreadable."""
     if value is None:
         return 0
+    # Imported by the reports that read a cluster alone: the webhook loads this module with
+    # the backends, and the client's import would double its start.
+    from kubernetes.utils import parse_quantity
+
     try:
         return math.ceil(parse_quantity(value))
     except ValueError:

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from ..procs import HarnessError, ManagedProcess, free_port, wait_until
+from ..served import IMAGE_TARGET
 from .certs import CertificateAuthority
 from .tools import REPO_ROOT
 
@@ -82,6 +83,7 @@ class CastSliceServer:
         python: str = sys.executable,
         program: Sequence[str] | None = None,
         log_through_pipe: bool = False,
+        target: str = IMAGE_TARGET,
     ) -> None:
         """`env` holds the CASTSLICE_* settings; none are inherited from this process.
 
@@ -91,11 +93,15 @@ class CastSliceServer:
 
         `log_through_pipe` gives the function a pipe for stdout, as in production,
         copied to the request log a moment later (the benchmark's latency).
+
+        `target` is main.py's target functions-framework serves: the image's (the ASGI
+        server) unless told otherwise.
         """
         self.nginx = nginx
         self.settings = dict(env or {})
         self.program = list(program) if program is not None else None
         self.log_through_pipe = log_through_pipe
+        self.target = target
         self.http_port = 0
         self.source_dir = source_dir
         self.python = python
@@ -258,7 +264,7 @@ class CastSliceServer:
                 self.python,
                 "-m",
                 "functions_framework",
-                "--target=mutate_asgi",
+                f"--target={self.target}",
                 "--source=main.py",
                 "--host=127.0.0.1",
                 f"--port={http_port}",

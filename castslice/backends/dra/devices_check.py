@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from castslice.backends.dra.claim_templates import API_VERSION, SHARED_TAINT, memory_quantity
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.findings import Result, failed, passed, warning
@@ -125,6 +123,10 @@ def assess_devices(
 
 
 def _quantity(value: str) -> float | None:
+    # Imported by doctor's check alone: the webhook loads this module with its backend, and
+    # the client's import would double its start.
+    from kubernetes.utils import parse_quantity
+
     try:
         return float(parse_quantity(value))
     except ValueError:

@@ -10,21 +10,20 @@ from werkzeug.exceptions import ClientDisconnected
 from castslice.contract.review import encode_json
 from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Webhook
 
-_CHUNK = 64 * 1024
-
 
 def serve_flask(webhook: Webhook, request: flask.Request) -> flask.Response:
     """A Flask request in, the core's reply out as a Flask response."""
     body_left = False
+    declared = request.content_length
     try:
-        reply = webhook.screen(
-            request.method, request.path, request.headers.get("Content-Type", ""),
-            request.content_length,
-        )  # fmt: skip
+        # The WSGI environ holds Content-Type as sent; Flask's header mapping would look
+        # it up through a case-folding view of the same value.
+        content_type = request.environ.get("CONTENT_TYPE", "")
+        reply = webhook.screen(request.method, request.path, content_type, declared)
         if reply is None:
-            body = _read_body(request.stream, MAX_BODY_BYTES)
+            body = _read_body(request, declared, MAX_BODY_BYTES)
             body_left = body is None
-            if body is not None and len(body) < (request.content_length or 0):
+            if body is not None and len(body) < (declared or 0):
                 # gunicorn ends the stream where the connection ended, with no error.
                 raise ClientDisconnected
             reply = webhook.answer_body(body)
@@ -35,24 +34,36 @@ def serve_flask(webhook: Webhook, request: flask.Request) -> flask.Response:
     except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
         reply = webhook.failed(error)
     if not body_left:
-        return flask.Response(reply.body, reply.status, reply.headers, mimetype=JSON)
+        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
     # functions-framework reads the rest of every body after a view returns, except for a
     # streamed response: one refused unread (up to 7 MiB, or chunked without end) is
     # streamed, and the connection closed so that no request is read from what is left.
     headers = {**(reply.headers or {}), "Connection": "close"}
     headers["Content-Length"] = str(len(reply.body))
-    return flask.Response(iter((reply.body,)), reply.status, headers, mimetype=JSON)
+    return flask.Response(iter((reply.body,)), reply.status, headers, content_type=JSON)
 
 
-def _read_body(stream: IO[bytes], limit: int) -> bytes | None:
+def _read_body(request: flask.Request, declared: int | None, limit: int) -> bytes | None:
     """The whole body, or None once it grows past `limit` (a chunked body declares no length).
 
-    A read may return less than asked for (werkzeug's stream reads the socket once), so
-    it loops until the stream ends.
+    A declared length was screened against the limit and the stream ends there, so it is
+    read at once, as functions-framework's own read of the rest after the view would, which
+    then finds it kept. A loop of 64 KiB reads cost a 250 KiB review a third of its time.
+    """
+    if declared is not None:
+        return request.get_data()
+    return _read_bounded(request.stream, limit)
+
+
+def _read_bounded(stream: IO[bytes], limit: int) -> bytes | None:
+    """At most `limit` bytes of a stream with no declared end, or None when more came.
+
+    gunicorn's stream fills a read up to its size; werkzeug's may return less (it reads
+    the socket once), so reading goes on until the stream ends.
     """
     chunks = []
     size = 0
-    while chunk := stream.read(min(_CHUNK, limit + 1 - size)):
+    while chunk := stream.read(limit + 1 - size):
         chunks.append(chunk)
         size += len(chunk)
         if size > limit:
