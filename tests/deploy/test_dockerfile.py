@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.procs import free_port, serving
+from tests.served import IMAGE_TARGET
 
 from .variants import ROOT
 
@@ -67,19 +68,33 @@ def test_the_command_is_the_one_production_and_the_e2e_suite_run() -> None:
     assert "PORT=8080" in " ".join(arguments_of("ENV"))
 
 
+def _word(node: ast.expr) -> str | None:
+    """A literal argument; in an f-string, the served target stands for its replacement field,
+    which defaults to IMAGE_TARGET (the e2e server's `target` parameter)."""
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(part.value) if isinstance(part, ast.Constant) else IMAGE_TARGET
+            for part in node.values
+        )
+    return None
+
+
 def e2e_start_commands() -> list[list[str]]:
-    """The argument lists in tests/e2e that start the function (string literals only)."""
+    """The argument lists in tests/e2e that start the function (literal words only)."""
     commands = []
     for path in (ROOT / "tests" / "e2e").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.List):
-                words = [n.value for n in node.elts if isinstance(n, ast.Constant)]
+                words = [w for w in map(_word, node.elts) if w is not None]
                 if any(str(word).startswith("--target") for word in words):
                     commands.append([str(word) for word in words])
     return commands
 
 
 def test_the_e2e_suite_starts_the_same_program_and_target() -> None:
+    assert f"--target={IMAGE_TARGET}" in START_COMMAND
     commands = e2e_start_commands()
     assert commands, "the end-to-end suite must start functions-framework"
     for command in commands:
