@@ -330,6 +330,8 @@ def claim_templates_in(kubectl_user: Kubectl, namespace: str) -> dict[str, dict[
     return {item["metadata"]["name"]: item["spec"] for item in json.loads(listed.stdout)["items"]}
 
 
+# resource.k8s.io/v1's ResourceClaimTemplate: Kubernetes 1.34+, consumable capacity 1.36+.
+@pytest.mark.kubernetes("1.36")
 def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
     helm: Path,
     cert_manager: None,
