@@ -18,7 +18,7 @@ from starlette.responses import Response
 from castslice.faces.environment import load_config
 from castslice.faces.serving.asgi_face import serve_asgi
 from castslice.faces.serving.core import Webhook
-from castslice.faces.serving.flask_face import not_found_page, serve_flask
+from castslice.faces.serving.flask_face import answer_first, not_found_page, serve_flask
 from castslice.settings.config import ConfigError
 
 try:
@@ -42,6 +42,8 @@ async def mutate_asgi(request: Request) -> Response:
 if flask.has_app_context():
     # Loaded by the Flask server (its default), which may serve either target.
     flask.current_app.register_error_handler(404, not_found_page)
+    _app = flask.current_app._get_current_object()
+    _app.wsgi_app = answer_first(_webhook, _app.wsgi_app, os.environ)
 
     @functions_framework.http
     def mutate(request: flask.Request) -> flask.Response:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import msgspec
 
@@ -54,16 +54,27 @@ def write_record(record: object) -> None:
 
 def _write(line: bytes) -> None:
     # Looked up per line: stdout may be replaced (tests capture it, tools redirect it).
-    stream = sys.stdout.buffer
+    stdout = sys.stdout
     try:
         with _write_lock:
-            written = stream.write(line)
-            # Raw (unbuffered) stdout writes once and says how much went out; None means a
-            # non-blocking stdout is full, and the rest is dropped rather than spun on.
-            while written is not None and written < len(line):
-                line = line[written:]
-                written = stream.write(line)
-            stream.flush()
+            try:
+                _write_all(stdout.buffer, line)
+            except (AttributeError, TypeError):
+                # A text-only stdout: functions-framework's execution-id logging
+                # (LOG_EXECUTION_ID) puts one around each function call, which adds the
+                # execution id to the JSON line it is given.
+                stdout.write(line.decode())
+                stdout.flush()
     except (OSError, ValueError):
         # stdout is gone (a closed pipe, shutdown): losing the line must not lose the answer.
         pass
+
+
+def _write_all(stream: BinaryIO, line: bytes) -> None:
+    written = stream.write(line)
+    # Raw (unbuffered) stdout writes once and says how much went out; None means a
+    # non-blocking stdout is full, and the rest is dropped rather than spun on.
+    while written is not None and written < len(line):
+        line = line[written:]
+        written = stream.write(line)
+    stream.flush()

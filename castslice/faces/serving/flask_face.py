@@ -1,65 +1,116 @@
-"""The core behind functions-framework's default server (Flask on gunicorn's threads)."""
+"""The core behind functions-framework's default server (Flask on gunicorn's threads).
+
+CastSlice answers there as WSGI middleware around functions-framework's Flask app, not as
+a Flask view: a view is reached only after functions-framework's execution-id middleware,
+Flask's request and app contexts, URL routing and response processing, which cost more
+than CastSlice's whole decision on a typical Pod (docs/performance.md). None of them
+changes an answer: the core builds every reply itself and writes its own log lines. The
+paths functions-framework keeps for itself (`/robots.txt`, `/favicon.ico`) still go to
+Flask, and so does everything when functions-framework logs execution ids
+(`LOG_EXECUTION_ID`), whose context only a Flask view gets.
+"""
 
 from __future__ import annotations
 
-from typing import IO
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from typing import IO, Any
 
 import flask
-from werkzeug.exceptions import ClientDisconnected
 
 from castslice.contract.review import encode_json
-from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Webhook
+from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Reply, Webhook
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+# functions-framework answers these itself, before any function (its _FUNCTION_ROUTES).
+_FRAMEWORK_PATHS = frozenset({"/robots.txt", "/favicon.ico"})
+_STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
+_EXECUTION_ID_VALUES = ("y", "yes", "t", "true", "on", "1")  # functions-framework's own test
 
 
-def serve_flask(webhook: Webhook, request: flask.Request) -> flask.Response:
-    """A Flask request in, the core's reply out as a Flask response."""
+def answer_first(webhook: Webhook, app: WsgiApp, environ: Mapping[str, str]) -> WsgiApp:
+    """`app` (functions-framework's Flask app) with CastSlice answering its requests first."""
+    if environ.get("LOG_EXECUTION_ID") in _EXECUTION_ID_VALUES:
+        return app
+
+    def serve(wsgi_environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if wsgi_environ.get("PATH_INFO") in _FRAMEWORK_PATHS:
+            return app(wsgi_environ, start_response)
+        return serve_wsgi(webhook, wsgi_environ, start_response)
+
+    return serve
+
+
+def serve_wsgi(
+    webhook: Webhook, environ: dict[str, Any], start_response: StartResponse
+) -> Iterable[bytes]:
+    """One WSGI request in, the core's reply out."""
+    method = environ.get("REQUEST_METHOD", "")
+    declared = _declared_length(environ.get("CONTENT_LENGTH"))
     body_left = False
-    declared = request.content_length
     try:
-        # The WSGI environ holds Content-Type as sent; Flask's header mapping would look
-        # it up through a case-folding view of the same value.
-        content_type = request.environ.get("CONTENT_TYPE", "")
-        reply = webhook.screen(request.method, request.path, content_type, declared)
+        reply = webhook.screen(method, _path(environ), environ.get("CONTENT_TYPE", ""), declared)
         if reply is None:
-            body = _read_body(request, declared, MAX_BODY_BYTES)
+            body = _read_body(environ["wsgi.input"], declared, MAX_BODY_BYTES)
             body_left = body is None
             if body is not None and len(body) < (declared or 0):
                 # gunicorn ends the stream where the connection ended, with no error.
-                raise ClientDisconnected
-            reply = webhook.answer_body(body)
+                reply = webhook.body_ended()
+            else:
+                reply = webhook.answer_body(body)
         else:
-            body_left = request.method == "POST"
-    except ClientDisconnected:  # the caller went away before sending its whole body
-        reply = webhook.body_ended()
+            body_left = method == "POST"
     except Exception as error:  # noqa: BLE001 - callers get JSON, never an HTML page
         reply = webhook.failed(error)
-    if not body_left:
-        return flask.Response(reply.body, reply.status, reply.headers, content_type=JSON)
-    # functions-framework reads the rest of every body after a view returns, except for a
-    # streamed response: one refused unread (up to 7 MiB, or chunked without end) is
-    # streamed, and the connection closed so that no request is read from what is left.
-    headers = {**(reply.headers or {}), "Connection": "close"}
-    headers["Content-Length"] = str(len(reply.body))
-    return flask.Response(iter((reply.body,)), reply.status, headers, content_type=JSON)
+    start_response(_STATUS_LINES[reply.status], _headers(reply, body_left))
+    if method == "HEAD":
+        return ()
+    # Under a Flask view, werkzeug reads the rest of the body after the answer unless the
+    # answer is streamed: one refused unread (up to 7 MiB, or chunked without end) is.
+    return iter((reply.body,)) if body_left else (reply.body,)
 
 
-def _read_body(request: flask.Request, declared: int | None, limit: int) -> bytes | None:
+def _headers(reply: Reply, body_left: bool) -> list[tuple[str, str]]:
+    headers = [("Content-Type", JSON), ("Content-Length", str(len(reply.body)))]
+    if reply.headers:
+        headers += reply.headers.items()
+    if body_left:
+        # A body refused unread (up to 7 MiB, or chunked without end) is not read after the
+        # answer: the connection is closed so that no request is read from what is left.
+        headers.append(("Connection", "close"))
+    return headers
+
+
+def _declared_length(value: str | None) -> int | None:
+    """The Content-Length as werkzeug reads it: a number of bytes, None when absent or not one."""
+    if not value or not value.isdigit():
+        return None
+    return int(value)
+
+
+def _path(environ: Mapping[str, Any]) -> str:
+    # PEP 3333 carries the path as bytes in latin-1; werkzeug's request.path decodes it so.
+    return environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
+
+
+def _read_body(stream: IO[bytes], declared: int | None, limit: int) -> bytes | None:
     """The whole body, or None once it grows past `limit` (a chunked body declares no length).
 
     A declared length was screened against the limit and the stream ends there, so it is
-    read at once, as functions-framework's own read of the rest after the view would, which
-    then finds it kept. A loop of 64 KiB reads cost a 250 KiB review a third of its time.
+    read at once. A loop of 64 KiB reads cost a 250 KiB review a third of its time.
     """
     if declared is not None:
-        return request.get_data()
-    return _read_bounded(request.stream, limit)
+        return stream.read(declared)
+    return _read_bounded(stream, limit)
 
 
 def _read_bounded(stream: IO[bytes], limit: int) -> bytes | None:
     """At most `limit` bytes of a stream with no declared end, or None when more came.
 
-    gunicorn's stream fills a read up to its size; werkzeug's may return less (it reads
-    the socket once), so reading goes on until the stream ends.
+    gunicorn's stream fills a read up to its size; another server's may return less,
+    so reading goes on until the stream ends.
     """
     chunks = []
     size = 0
@@ -69,6 +120,14 @@ def _read_bounded(stream: IO[bytes], limit: int) -> bytes | None:
         if size > limit:
             return None
     return b"".join(chunks)
+
+
+def serve_flask(webhook: Webhook, request: flask.Request) -> flask.Response:
+    """A Flask view's answer, where functions-framework reaches one (see answer_first)."""
+    return flask.Response.from_app(
+        lambda environ, start_response: serve_wsgi(webhook, environ, start_response),
+        request.environ,
+    )
 
 
 def not_found_page(_: Exception) -> flask.Response:
