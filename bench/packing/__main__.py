@@ -11,13 +11,14 @@ writes the section of docs/performance.md between its markers and the plots besi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from castslice.faces.plan import environment_of, plan, tasks_from_trace
+from castslice.faces.plan import Plan, environment_of, plan, tasks_from_trace
 from castslice.settings.config import Config
 from tests.e2e import tools
 
@@ -28,16 +29,22 @@ from .trace import TASKS_CSV, read_nodes, read_tasks, sample_nodes, workload
 RESULTS = Path(__file__).parent / "results" / "replays.jsonl"
 
 
+@functools.cache
+def trace_plan() -> Plan:
+    """`castslice plan --trace` on the whole trace (its candidates do not depend on today's
+    settings)."""
+    return plan(Config(), tasks_from_trace(TASKS_CSV.read_text()))
+
+
 def planned(backend: str) -> dict[str, str]:
     """The settings `castslice plan --trace` recommends for `backend` on the whole trace."""
-    result = plan(Config(backend=backend), tasks_from_trace(TASKS_CSV.read_text()))
-    return environment_of(result.per_backend[backend].settings)
+    return environment_of(trace_plan().per_backend[backend].settings)
 
 
 def configurations() -> list[Configuration]:
     memory = {"CASTSLICE_DRA_GPU_MEMORY": "15Gi"}
     resource = {"CASTSLICE_BACKEND": "resource"}
-    nvidia_plan = planned("nvidia")
+    nvidia_plan, gke_plan = planned("nvidia"), planned("gke")
     return [
         Configuration("no sharing", {"CASTSLICE_BACKEND": "resource"}, sharing=False),
         Configuration("resource-4", {"CASTSLICE_BACKEND": "resource"}),
@@ -46,6 +53,8 @@ def configurations() -> list[Configuration]:
         Configuration("nvidia-4", {"CASTSLICE_BACKEND": "nvidia"}),
         # The degrees and the share of nodes per degree `castslice plan` recommends.
         Configuration("nvidia-plan", nvidia_plan),
+        Configuration("gke-4", {"CASTSLICE_BACKEND": "gke"}),
+        Configuration("gke-plan", gke_plan),
         Configuration("dra-4", {"CASTSLICE_BACKEND": "dra"}),
         Configuration("dra-8", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "8"}),
         Configuration("dra-100", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100"}),

@@ -44,7 +44,7 @@ def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _at(record: dict[str, Any], arrival: float) -> tuple[float, int]:
+def at(record: dict[str, Any], arrival: float) -> tuple[float, int]:
     point = min(record["curve"], key=lambda item: abs(item[0] - arrival))
     return point[1], point[2]
 
@@ -74,14 +74,14 @@ def table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
     ]
     chosen = {key: value for key, value in groups(records).items() if key[0] == every}
     ordered = sorted(chosen.items(), key=lambda item: -statistics.fmean(
-        _at(record, 1.3)[0] for record in item[1]
+        at(record, 1.3)[0] for record in item[1]
     ))  # fmt: skip
     for (_, profile, name), items in ordered:
-        full = [_at(record, 1.3) for record in items]
+        full = [at(record, 1.3) for record in items]
         gpus = items[0]["gpus"]
         lines.append(
             f"| {name} | {profile} | {len(items)} "
-            f"| {_spread([_at(record, 1.0)[0] for record in items])} "
+            f"| {_spread([at(record, 1.0)[0] for record in items])} "
             f"| {_spread([ratio for ratio, _ in full])} "
             f"| {statistics.fmean(gpus * (1 - ratio) for ratio, _ in full):.0f} of {gpus} "
             f"| {statistics.fmean(pending for _, pending in full):.0f} "
@@ -94,10 +94,11 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
     """Allocation ratio against arrived workload, the mean curve per configuration."""
     width, height, left, bottom, right, top = 760, 440, 60, 50, 200, 30
     plot_w, plot_h = width - left - right, height - top - bottom
-    x_max, y_min = 1.3, 0.5
+    # Below half the cluster every configuration places all that arrives: not shown.
+    x_min, x_max, y_min = 0.5, 1.3, 0.5
 
     def x(value: float) -> float:
-        return left + value / x_max * plot_w
+        return left + (value - x_min) / (x_max - x_min) * plot_w
 
     def y(value: float) -> float:
         return top + (1 - (value - y_min) / (1 - y_min)) * plot_h
@@ -115,7 +116,7 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
             'stroke="#eee"/>'
             f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.0%}</text>'
         )
-    for tick in (0.5, 0.7, 0.9, 1.0, 1.1, 1.3):
+    for tick in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3):
         parts.append(
             f'<text x="{x(tick):.1f}" y="{top + plot_h + 18}" '
             f'text-anchor="middle">{tick:.0%}</text>'
@@ -129,21 +130,23 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
         f'<line x1="{x(y_min):.1f}" y1="{y(y_min):.1f}" x2="{x(1):.1f}" y2="{y(1):.1f}" '
         'stroke="#bbb" stroke-dasharray="2 2"/>'
     )
-    label_y = float("inf")
-    for name, value in sorted(ANCHORS.items(), key=lambda item: item[1]):
-        # Labels at least a line apart, upwards from the lowest anchor's line.
-        label_y = min(y(value) + 4, label_y - 11)
+    label_y = float("-inf")
+    for name, value in sorted(ANCHORS.items(), key=lambda item: -item[1]):
+        # Across the plot, labelled at its left where every curve is still below them; the
+        # labels at least a line apart, downwards from the highest anchor's line.
+        label_y = max(y(value) - 3, label_y + 11)
         parts.append(
-            f'<line x1="{x(1.15):.1f}" y1="{y(value):.1f}" x2="{x(1.3):.1f}" y2="{y(value):.1f}" '
-            'stroke="#999" stroke-dasharray="5 3"/>'
-            f'<text x="{x(1.15) - 4:.1f}" y="{label_y:.1f}" text-anchor="end" fill="#777" '
-            f'font-size="10">{name} {value:.1%}</text>'
+            f'<line x1="{left}" y1="{y(value):.1f}" x2="{left + plot_w}" y2="{y(value):.1f}" '
+            'stroke="#aaa" stroke-dasharray="5 3"/>'
+            f'<text x="{left + 4}" y="{label_y:.1f}" fill="#555" font-size="10" '
+            'stroke="white" stroke-width="3" paint-order="stroke">'
+            f"FGD paper, {name}: {value:.1%}</text>"
         )
     chosen = {
         key[2]: items for key, items in groups(records).items() if key[:2] == (every, profile)
     }
     legend = sorted(chosen, key=lambda name: -statistics.fmean(
-        _at(record, 1.3)[0] for record in chosen[name]
+        at(record, 1.3)[0] for record in chosen[name]
     ))  # fmt: skip
     for index, name in enumerate(legend):
         colour = _COLOURS[index % len(_COLOURS)]
@@ -152,13 +155,13 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
         for position in range(min(len(record["curve"]) for record in items)):
             arrived = statistics.fmean(record["curve"][position][0] for record in items)
             placed = statistics.fmean(record["curve"][position][1] for record in items)
-            if arrived >= y_min - 0.05:
+            if arrived >= x_min:
                 points.append(f"{x(arrived):.1f},{y(max(placed, y_min)):.1f}")
         parts.append(
             f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
             f'points="{" ".join(points)}"/>'
         )
-        final = statistics.fmean(_at(record, 1.3)[0] for record in items)
+        final = statistics.fmean(at(record, 1.3)[0] for record in items)
         parts.append(
             f'<rect x="{left + plot_w + 12}" y="{top + index * 18}" width="12" height="3" '
             f'fill="{colour}"/><text x="{left + plot_w + 30}" y="{top + index * 18 + 5}">'

@@ -15,6 +15,7 @@ import csv
 import io
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -214,35 +215,39 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
     groups: dict[NodeKey, _Group] = {}
     rounded, rounded_by, multi_gpu, finer = 0, Fraction(0), 0, 0
     placements: dict[int, Placement] = {}
-    for task in tasks:
-        if not task.opted_in:
-            if task.gpus:
+    # Tasks asking alike are counted once: a trace has thousands, of a few hundred kinds
+    # (counted by integers: hashing a Fraction costs twenty times as much).
+    kinds = Counter((task.opted_in, task.gpus.numerator, task.gpus.denominator) for task in tasks)
+    for (opted_in, numerator, denominator), count in kinds.items():
+        gpus = Fraction(numerator, denominator)
+        if not opted_in:
+            if gpus:
                 group = groups.setdefault(whole_key, _Group())
-                group.whole += math.ceil(task.gpus)
-                group.tasks += 1
+                group.whole += math.ceil(gpus) * count
+                group.tasks += count
             continue
-        slices = max(1, math.ceil(task.gpus * per_gpu))
+        slices = max(1, math.ceil(gpus * per_gpu))
         if slices not in placements:
             placements[slices] = backend.place(slices)
         placement = placements[slices]
         given = placement.gpus
-        if task.gpus > 1:
-            multi_gpu += 1
-        if given > task.gpus:
-            rounded += 1
-            rounded_by += given - task.gpus
-            if pools and given < 1 and task.gpus < Fraction(1, max(config.sharing_degrees)):
-                finer += 1
+        if gpus > 1:
+            multi_gpu += count
+        if given > gpus:
+            rounded += count
+            rounded_by += (given - gpus) * count
+            if pools and given < 1 and gpus < Fraction(1, max(config.sharing_degrees)):
+                finer += count
         if given.denominator == 1:
             group = groups.setdefault(whole_key, _Group())
-            group.whole += int(given)
+            group.whole += int(given) * count
         else:
             key = (placement.resource, tuple(sorted(placement.node_selector.items())))
             group = groups.setdefault(key, _Group())
-            group.shares += given
+            group.shares += given * count
             group.has_shares = True
             group.degree = sharing_degree(config, slices) if pools else None
-        group.tasks += 1
+        group.tasks += count
     found = [_pool(group, per_gpu) for group in groups.values()]
     found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
     warnings = []
