@@ -108,7 +108,7 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
         'font-family="sans-serif" font-size="12">',
         '<rect width="100%" height="100%" fill="white"/>',
         f'<text x="{left}" y="18" font-size="14">GPU allocation ratio, scheduler profile '
-        f"{profile} (one trace node in {every})</text>",
+        f"{profile} ({'the whole trace' if every == 1 else f'one trace node in {every}'})</text>",
     ]
     for tick in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
         parts.append(
