@@ -103,7 +103,9 @@ def mix(
     namespace: str,
 ) -> Iterator[Mix]:
     """Nodes for `backend` and the known mix on them, applied in an order that fills them."""
-    run = uuid.uuid4().hex[:6]
+    # A label value, so never all digits and an exponent ("123e45"), which kubectl's YAML
+    # reads as a number where PyYAML writes it unquoted.
+    run = f"run-{uuid.uuid4().hex[:6]}"
     team_b = create_namespace(api, f"{namespace}-b")
     try:
         with _nodes(api, backend, namespace) as nodes:
