@@ -9,6 +9,7 @@ on both servers.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Iterator
@@ -120,3 +121,28 @@ def assert_lines_carry_execution_ids(output: str) -> None:
     assert reviews and all(line["uid"] for line in reviews)
     labels = [line.get("logging.googleapis.com/labels", {}) for line in lines]
     assert all(label.get("execution_id") for label in labels), lines
+
+
+def test_a_content_length_that_is_no_number_of_bytes_reads_the_body_to_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "²" is a digit to str.isdigit() and no number to int(); a WSGI server other than
+    # gunicorn may pass it on.
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": "\u00b2",
+        "wsgi.input": io.BytesIO(REVIEW),
+        "wsgi.errors": io.StringIO(),
+    }
+    statuses: list[str] = []
+    body = b"".join(
+        flask_app(monkeypatch)(environ, lambda status, headers: statuses.append(status))
+    )
+    assert statuses == ["200 OK"]
+    assert json.loads(body)["response"]["patchType"] == "JSONPatch"

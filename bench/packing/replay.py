@@ -86,10 +86,6 @@ class Result:
     seconds: float = 0.0
     settings: dict[str, str] = field(default_factory=dict)
 
-    def at(self, arrival: float) -> tuple[float, int]:
-        point = min(self.curve, key=lambda item: abs(item[0] - arrival))
-        return point[1], point[2]
-
 
 def slice_ratio(config: Config, task: TraceTask) -> int:
     """The slices a task's share rounds up to: ceil(gpu_milli x S / 1000), at least 1."""

@@ -85,7 +85,8 @@ def _headers(reply: Reply, body_left: bool) -> list[tuple[str, str]]:
 
 def _declared_length(value: str | None) -> int | None:
     """The Content-Length as werkzeug reads it: a number of bytes, None when absent or not one."""
-    if not value or not value.isdigit():
+    # ASCII digits only: "²" is a digit to str.isdigit() and no number to int().
+    if not value or not (value.isascii() and value.isdigit()):
         return None
     return int(value)
 
