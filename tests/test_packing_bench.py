@@ -10,7 +10,7 @@ import pytest
 
 from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
-from bench.packing.replay import node_pools, plan_tasks, pod_manifest
+from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
 from bench.packing.trace import ARRIVAL, read_nodes, read_tasks, sample_nodes, workload
 from castslice.faces.environment import load_config
 from castslice.faces.plan import environment_of, estimate
@@ -62,6 +62,24 @@ def test_fractional_tasks_opt_in_with_the_slices_they_round_up_to() -> None:
         "limits"
         not in pod_manifest(CONFIGURATIONS["dra-4"], 0, cpu)["spec"]["containers"][0]["resources"]
     )
+
+
+def test_a_whole_gpu_task_counts_what_a_sharing_node_gives_it() -> None:
+    """On GKE a sharing pool keeps nvidia.com/gpu, one per client: a whole-GPU task that did
+    not opt in may be placed there and gets a client's share, which is all it counts for.
+    Where sharing nodes offer another resource (`nvidia`), it can only land whole."""
+    whole = next(task for task in TASKS if task.num_gpu == 1 and task.gpu_milli == 1000)
+    fractional = next(task for task in TASKS if task.gpu_milli == 460)
+    node = NODES[0]
+    gke = CONFIGURATIONS["gke-plan"]
+    shared = node_manifest(gke, node, 2)["metadata"]["labels"]
+    plain = node_manifest(gke, node, None)["metadata"]["labels"]
+    assert honoured(gke, whole, shared) == Fraction(1, 2)
+    assert honoured(gke, whole, plain) == 1
+    assert honoured(gke, fractional, shared) == fractional.demand
+    nvidia = CONFIGURATIONS["nvidia-plan"]
+    assert honoured(nvidia, whole, node_manifest(nvidia, node, 2)["metadata"]["labels"]) == 1
+    assert node_manifest(nvidia, node, 2)["status"]["allocatable"].get("nvidia.com/gpu") is None
 
 
 @pytest.mark.parametrize("name", ["resource-4", "nvidia-plan"])
@@ -117,3 +135,13 @@ def test_the_plan_recommends_what_the_replays_measured_best() -> None:
         rival = max(placed, key=lambda name: statistics.fmean(placed[name]))
         assert max(placed[recommended]) >= min(placed[rival]), (every, rival, placed)
         assert statistics.fmean(placed[recommended]) > statistics.fmean(placed["no sharing"])
+
+
+def test_the_docs_show_the_recorded_replays() -> None:
+    """docs/performance.md's table and plots are what `python -m bench.packing report`
+    writes from the recorded results: a replay recorded without the report is caught."""
+    text, images = report.section(report.read(RESULTS))
+    doc = report.DOC.read_text()
+    assert doc.split(report.BEGIN, 1)[1].split(report.END, 1)[0] == f"\n{text}\n"
+    for name, svg in images.items():
+        assert (report.IMAGES / name).read_text() == svg, name

@@ -60,6 +60,10 @@ def configurations() -> list[Configuration]:
         Configuration("dra-100", {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100"}),
         Configuration("dra-4 memory", {"CASTSLICE_BACKEND": "dra", **memory}),
         Configuration(
+            "dra-8 memory",
+            {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "8", **memory},
+        ),
+        Configuration(
             "dra-100 memory",
             {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "100", **memory},
         ),

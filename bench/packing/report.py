@@ -150,6 +150,8 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
     ))  # fmt: skip
     for index, name in enumerate(legend):
         colour = _COLOURS[index % len(_COLOURS)]
+        # Past the last colour, the colours come round again dashed.
+        dashes = ' stroke-dasharray="6 3"' if index >= len(_COLOURS) else ""
         items = chosen[name]
         points = []
         for position in range(min(len(record["curve"]) for record in items)):
@@ -158,13 +160,14 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
             if arrived >= x_min:
                 points.append(f"{x(arrived):.1f},{y(max(placed, y_min)):.1f}")
         parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dashes} '
             f'points="{" ".join(points)}"/>'
         )
         final = statistics.fmean(at(record, 1.3)[0] for record in items)
         parts.append(
-            f'<rect x="{left + plot_w + 12}" y="{top + index * 18}" width="12" height="3" '
-            f'fill="{colour}"/><text x="{left + plot_w + 30}" y="{top + index * 18 + 5}">'
+            f'<line x1="{left + plot_w + 8}" y1="{top + index * 18 + 1}" '
+            f'x2="{left + plot_w + 26}" y2="{top + index * 18 + 1}" stroke="{colour}" '
+            f'stroke-width="3"{dashes}/><text x="{left + plot_w + 30}" y="{top + index * 18 + 5}">'
             f"{name} {final:.1%}</text>"
         )
     parts.append("</svg>")
