@@ -10,6 +10,7 @@ unschedulable) and counts what is placed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import kubernetes.client
 
 from castslice.backends import backend_for
+from castslice.backends.base import Backend
 from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
 from castslice.faces.environment import load_config
 from castslice.faces.plan import Task, estimate
@@ -62,14 +64,19 @@ class Configuration:
     settings: dict[str, str]
     sharing: bool = True
 
-    @property
+    # Read once: scoring asks for them for every placed Pod at every checkpoint.
+    @functools.cached_property
     def config(self) -> Config:
         return load_config(self.settings)
 
-    @property
+    @functools.cached_property
+    def backend(self) -> Backend:
+        return backend_for(self.config)
+
+    @functools.cached_property
     def claims(self) -> bool:
         """Whether Pods claim devices (DRA) rather than asking for a device plugin's resource."""
-        return backend_for(self.config).claim_templates() is not None
+        return self.backend.claim_templates() is not None
 
 
 @dataclass
@@ -148,7 +155,7 @@ def honoured(configuration: Configuration, task: TraceTask, labels: dict[str, st
     if not task.num_gpu or opts_in(configuration, task):
         return task.demand
     config = configuration.config
-    units = backend_for(config).gpu_units(config.gpu_resource, labels) or 1
+    units = configuration.backend.gpu_units(config.gpu_resource, labels) or 1
     return min(task.demand, Fraction(task.num_gpu, units))
 
 
@@ -250,7 +257,7 @@ def apply_claim_templates(
 ) -> None:
     """The templates `castslice claim-templates --slices ...` renders for the counts used."""
     config = configuration.config
-    templates = backend_for(config).claim_templates()
+    templates = configuration.backend.claim_templates()
     assert templates is not None
     asked = {slice_ratio(config, task) for task in tasks if opts_in(configuration, task)}
     counts = templates.chosen_counts(asked)
