@@ -5,7 +5,7 @@
 #
 # Cloud Run and Knative run it as it is (they set PORT and terminate TLS).
 # The in-cluster Deployment runs the same image with
-# `gunicorn --config=python:castslice.faces.tls`, which terminates TLS itself.
+# `gunicorn --config=python:castslice.serve.tls`, which terminates TLS itself.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -30,7 +30,7 @@ lint: $(VENV)/.installed
 # values.schema.json, values.yaml's defaults, templates/_settings.tpl and
 # docs/configuration.md's table. A test fails while one is stale.
 generate: $(VENV)/.installed
-	$(BIN)/python -m castslice.faces.generated
+	$(BIN)/python -m castslice.render.chart_and_docs
 
 unit: $(VENV)/.installed helm
 	$(BIN)/pytest -q --no-header -p no:cacheprovider -m "not terraform" tests --ignore=tests/e2e

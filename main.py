@@ -4,7 +4,7 @@
     functions-framework --target=mutate_asgi   # its ASGI server: Starlette on uvicorn
 
 functions-framework serves an `aio` target with its ASGI server by itself, so neither
-needs another flag. Both answer through the same core (castslice/faces/serving/core.py).
+needs another flag. Both answer through the same core (castslice/serve/core.py).
 """
 
 import os
@@ -15,17 +15,17 @@ import functions_framework.aio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from castslice.faces.environment import load_config
-from castslice.faces.serving.asgi_face import serve_asgi
-from castslice.faces.serving.core import Webhook
-from castslice.faces.serving.flask_face import answer_first, not_found_page, serve_flask
+from castslice.environment import load_config
+from castslice.serve.asgi_face import serve_asgi
+from castslice.serve.core import Webhook
+from castslice.serve.flask_face import answer_first, not_found_page, serve_flask
 from castslice.settings.config import ConfigError
 
 try:
     _config = load_config(os.environ)
     if _config.metrics:
         # Imported only when asked for: with metrics off, prometheus_client is never loaded.
-        from castslice.faces.metrics import serve_metrics
+        from castslice.serve.metrics import serve_metrics
 
         _webhook = Webhook(_config, log_review=serve_metrics(_config.metrics_port))
     else:

@@ -38,8 +38,8 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from castslice.faces.environment import load_config
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.environment import load_config
+from castslice.render.webhook_configuration import POD_WEBHOOK
 from tests.e2e import apiserver_metrics, burst, tools
 from tests.e2e.castslice_server import CastSliceServer
 from tests.e2e.cluster import LocalControlPlane

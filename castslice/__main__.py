@@ -2,6 +2,6 @@
 
 import sys
 
-from castslice.faces.cli import main
+from castslice.cli import main
 
 sys.exit(main())

@@ -12,6 +12,7 @@ from castslice.settings.config import (
     Config,
     ConfigError,
 )
+from castslice.settings.enrolment_policy import PolicyError, load_policy, read_policy_file
 from castslice.settings.names import (
     MIN_PATH_TOKEN_LENGTH,
     extended_resource_problem,
@@ -20,7 +21,6 @@ from castslice.settings.names import (
     is_path_token,
     parse_bounded_int,
 )
-from castslice.settings.policy_file import PolicyError, load_policy, read_policy_file
 from castslice.settings.rules import Policy
 from castslice.settings.table import (
     BACKEND,

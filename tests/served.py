@@ -1,7 +1,7 @@
 """CastSlice as its images run it, on 127.0.0.1, its request log kept in a file of its own.
 
 Two commands: `functions-framework` (Cloud Run, Knative, the image's default) and
-gunicorn with castslice/faces/tls.py (the in-cluster Deployment, which terminates TLS).
+gunicorn with castslice/serve/tls.py (the in-cluster Deployment, which terminates TLS).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def functions_framework_command(port: int, target: str = IMAGE_TARGET) -> list[s
 def tls_command(port: int, certfile: Path, keyfile: Path) -> list[str]:
     """The Deployment's command, with the address and the certificate files moved for a test."""
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    return [gunicorn, "--config=python:castslice.faces.tls", f"--bind=127.0.0.1:{port}",
+    return [gunicorn, "--config=python:castslice.serve.tls", f"--bind=127.0.0.1:{port}",
             f"--certfile={certfile}", f"--keyfile={keyfile}"]  # fmt: skip
 
 

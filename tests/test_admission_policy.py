@@ -16,13 +16,12 @@ import pytest
 import yaml
 
 from castslice.backends import Placement
-from castslice.contract import cel
+from castslice.cli import main
 from castslice.contract.definitions import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
-from castslice.decision.selection import workload_match_conditions, workload_rules
 from castslice.decision.slices import share_text
-from castslice.faces.cli import main
-from castslice.faces.environment import load_config
-from castslice.faces.policymode import (
+from castslice.environment import load_config
+from castslice.render import cel
+from castslice.render.admission_policies import (
     NAME,
     WARNING_PREFIX,
     render,
@@ -30,10 +29,11 @@ from castslice.faces.policymode import (
     render_yaml,
     workload_warnings,
 )
-from castslice.faces.policymode.decision import ratio_pattern
-from castslice.faces.policymode.placement import PlacementCel
-from castslice.faces.policymode.policies import WARNING_SLOTS, WARNINGS_NAME
-from castslice.faces.registration import webhook_configuration
+from castslice.render.admission_policies.placement import PlacementCel
+from castslice.render.admission_policies.policies import WARNING_SLOTS, WARNINGS_NAME
+from castslice.render.admission_policies.variables import ratio_pattern
+from castslice.render.selection import workload_match_conditions, workload_rules
+from castslice.render.webhook_configuration import webhook_configuration
 from castslice.settings.names import parse_bounded_int
 
 EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").read_text()

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from castslice.faces import cli
-from castslice.faces.manifest_files import MAX_FILE_BYTES
+from castslice import cli
+from castslice.render.manifests import MAX_FILE_BYTES
 from tests.factories import apply_response, make_review
 from tests.test_http import review_response
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

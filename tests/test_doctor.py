@@ -16,9 +16,9 @@ import pytest
 
 from castslice.contract.cluster import connection_problem
 from castslice.contract.findings import Result, Status, symbols_for, text_line, to_json
-from castslice.faces.doctor import capacity, dry_run, endpoint, fail_open, pending, quotas
-from castslice.faces.doctor import registration as reg
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
+from castslice.inspect.checks import capacity, dry_run, endpoint, fail_open, pending, quotas
+from castslice.inspect.checks import registered_webhook as reg
 from castslice.settings.config import Config
 from tests.factories import run_castslice, unreachable_kubeconfig
 

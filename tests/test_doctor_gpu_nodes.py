@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from castslice.contract.findings import Status, failed, passed
-from castslice.faces.doctor import gpu_nodes, likely_cause
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
+from castslice.inspect.checks import gpu_nodes, likely_cause
 
 Manifest = dict[str, Any]
 

@@ -30,9 +30,9 @@ from castslice.backends.dra.claim_templates import (
     reachable_counts,
     template_name,
 )
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import Config
-from castslice.settings.policy_file import load_policy
+from castslice.settings.enrolment_policy import load_policy
 from tests.factories import (
     APPLIED,
     GPU,
@@ -579,7 +579,7 @@ def test_doctor_names_the_missing_template_and_the_namespace() -> None:
 
 
 def test_doctor_dry_run_summary_names_the_claim() -> None:
-    from castslice.faces.doctor.dry_run import _summary
+    from castslice.inspect.checks.dry_run import _summary
 
     assert _summary(load_config(DRA), "default") == "a claim from castslice-1-of-4"
 

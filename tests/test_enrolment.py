@@ -15,9 +15,14 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from castslice.decision.enrolment import decide
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import Config, ConfigError
-from castslice.settings.policy_file import PolicyError, glob_regex, load_policy, namespace_pattern
+from castslice.settings.enrolment_policy import (
+    PolicyError,
+    glob_regex,
+    load_policy,
+    namespace_pattern,
+)
 from castslice.settings.rules import OPERATORS, Policy, Requirement
 from tests.factories import (
     GPU,

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from starlette.testclient import TestClient
 
-from castslice.faces import log
+from castslice.serve import log
 from tests.factories import make_pod, make_review, opted_in
 from tests.served import ROOT, Served, environment, functions_framework_command, serving
 
@@ -77,7 +77,7 @@ def test_lines_longer_than_a_pipe_write_stay_whole(unbuffered: bool) -> None:
     # from eight threads at once, through a real pipe.
     program = (
         "import threading\n"
-        "from castslice.faces.log import write_log\n"
+        "from castslice.serve.log import write_log\n"
         "def emit(thread):\n"
         "    for index in range(50):\n"
         "        write_log('INFO', str(thread) * 65536, thread=thread, index=index)\n"

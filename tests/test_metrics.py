@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import ConfigError
 from tests.deploy.test_tls import client_context, image_app, new_pair
 from tests.factories import container, make_pod, make_review, opted_in

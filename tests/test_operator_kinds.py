@@ -24,12 +24,12 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from castslice import cli
 from castslice.contract.definitions import WORKLOAD_KINDS, templates, workload_kind
 from castslice.decision import workloads
 from castslice.decision.admission import Admission
-from castslice.faces import cli
-from castslice.faces.environment import load_config
-from castslice.faces.registration import WORKLOAD_WEBHOOK, webhook_configuration
+from castslice.environment import load_config
+from castslice.render.webhook_configuration import WORKLOAD_WEBHOOK, webhook_configuration
 from tests.conftest import ROOT
 from tests.test_cli_preview import Ran
 from tests.test_http import review_response

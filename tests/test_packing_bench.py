@@ -12,8 +12,8 @@ from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
 from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
 from bench.packing.trace import ARRIVAL, read_nodes, read_tasks, sample_nodes, workload
-from castslice.faces.environment import load_config
-from castslice.faces.plan import environment_of, estimate
+from castslice.environment import load_config
+from castslice.inspect.gpus_needed import environment_of, estimate
 
 NODES = read_nodes()
 TASKS = read_tasks()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from castslice.faces import cli
-from castslice.faces.environment import load_config
-from castslice.faces.plan import (
+from castslice import cli
+from castslice.environment import load_config
+from castslice.inspect.gpus_needed import (
     Task,
     WorkloadError,
     estimate,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from castslice.faces.environment import load_config
-from castslice.faces.serving.core import Webhook
+from castslice.environment import load_config
+from castslice.serve.core import Webhook
 from tests.factories import apply_response, gpu_container, make_pod, make_review, opted_in
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -23,13 +23,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from castslice.contract import cel
+from castslice.cli import main
 from castslice.contract.definitions import POLICY_ANNOTATION
 from castslice.decision.enrolment import decide
-from castslice.decision.selection import glob_matches
-from castslice.faces.cli import main
-from castslice.faces.environment import load_config
-from castslice.faces.registration import (
+from castslice.environment import load_config
+from castslice.render import cel
+from castslice.render.selection import glob_matches
+from castslice.render.webhook_configuration import (
     POD_WEBHOOK,
     WORKLOAD_WEBHOOK,
     RegistrationError,
@@ -37,7 +37,7 @@ from castslice.faces.registration import (
     webhook_configuration,
 )
 from castslice.settings.config import Config
-from castslice.settings.policy_file import load_policy
+from castslice.settings.enrolment_policy import load_policy
 from castslice.settings.rules import Policy
 from tests.conftest import ROOT
 from tests.test_enrolment import SELECTOR_CASES

@@ -23,8 +23,8 @@ from prometheus_client.registry import CollectorRegistry
 from castslice.backends import backend_for
 from castslice.contract.review import decode_review
 from castslice.decision.admission import Admission
-from castslice.faces.environment import load_config
-from castslice.faces.report import (
+from castslice.environment import load_config
+from castslice.inspect.savings import (
     NOT_SCHEDULED_YET,
     Report,
     asked_gpus,
@@ -32,8 +32,8 @@ from castslice.faces.report import (
     decision_record,
     to_document,
 )
-from castslice.faces.report.exporter import SavingCollector, metric_names
-from castslice.faces.report.table import NOT_VISIBLE, WIDTH, render
+from castslice.inspect.savings.exporter import SavingCollector, metric_names
+from castslice.inspect.savings.table import NOT_VISIBLE, WIDTH, render
 from tests.factories import (
     ROOT,
     container,

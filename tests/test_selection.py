@@ -21,10 +21,14 @@ from castslice.contract.definitions import (
     templates,
 )
 from castslice.contract.shapes import KSERVE_COMPONENT, TemplateShape
-from castslice.decision import selection
-from castslice.decision.selection import sends_pod, sends_workload
-from castslice.faces.environment import load_config
-from castslice.faces.registration import POD_WEBHOOK, WORKLOAD_WEBHOOK, webhook_configuration
+from castslice.environment import load_config
+from castslice.render import selection
+from castslice.render.selection import sends_pod, sends_workload
+from castslice.render.webhook_configuration import (
+    POD_WEBHOOK,
+    WORKLOAD_WEBHOOK,
+    webhook_configuration,
+)
 from castslice.settings.config import Config
 from castslice.settings.rules import Policy
 from tests.factories import TRAINER

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
+from castslice import cli
 from castslice.contract.definitions import WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 from castslice.contract.paths import PathError, parse
 from castslice.contract.shapes import KSERVE_PREDICTOR_IMPLEMENTATIONS
-from castslice.decision.selection import sends_pod
-from castslice.faces import cli
-from castslice.faces.environment import load_config
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.environment import load_config
+from castslice.render.selection import sends_pod
+from castslice.render.webhook_configuration import POD_WEBHOOK
 from tests.test_cli_preview import Ran
 from tests.test_operator_kinds import RAYCLUSTER
 from tests.test_readme_backends import markdown_table

@@ -19,7 +19,7 @@ from castslice.contract import review
 from castslice.contract.review import UnreadableObject, decode_review
 from castslice.decision.admission import Admission
 from castslice.decision.slices import MAX_WARNING_LENGTH, clip
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from tests.factories import GPU, TRAINER, container, gpu_container, make_review, opted_in
 from tests.test_http import log_lines, review_response
 

@@ -26,8 +26,8 @@ import kubernetes.client
 from castslice.backends import backend_for
 from castslice.backends.base import Backend
 from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
-from castslice.faces.environment import load_config
-from castslice.faces.plan import Task, estimate
+from castslice.environment import load_config
+from castslice.inspect.gpus_needed import Task, estimate
 from castslice.settings.config import Config
 from tests.e2e import dra as dra_nodes
 from tests.e2e import nodes as fake_nodes

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from castslice import __version__
-from castslice.faces.cli.settings import add_settings
+from castslice.cli.flags import add_settings
 from castslice.settings.config import ConfigError
 
 # Command (and module in this package) -> its help. Only the module of the command

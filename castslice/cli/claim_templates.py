@@ -16,9 +16,9 @@ import yaml
 
 from castslice.backends import backend_for
 from castslice.backends.base import ClaimTemplates
-from castslice.faces.cli import EXIT_OK, CommandError
-from castslice.faces.cli.settings import config_from
-from castslice.faces.registration import to_yaml
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.flags import config_from
+from castslice.render.webhook_configuration import to_yaml
 from castslice.settings.config import Config, memory_quantity
 from castslice.settings.names import is_dns_label, parse_bounded_int
 

@@ -16,12 +16,12 @@ import yaml
 
 from castslice import __version__
 from castslice.backends import backend_for
+from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.cli.flags import config_from
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.contract.findings import Result, summary, symbols_for, text_line, to_json
-from castslice.faces.cli import EXIT_OK, EXIT_PROBLEM, CommandError
-from castslice.faces.cli.settings import config_from
-from castslice.faces.doctor import run_checks
-from castslice.faces.registration import RegistrationError
+from castslice.inspect.checks import run_checks
+from castslice.render.webhook_configuration import RegistrationError
 from castslice.settings.config import Config
 
 _DEFAULT_TIMEOUT = 10.0

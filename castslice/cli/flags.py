@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from castslice.backends import BACKENDS
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings import table
 from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
 

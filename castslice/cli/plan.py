@@ -3,7 +3,7 @@
 The workload comes from manifests (`-f`, read and rewritten as `castslice preview`
 does), from the Pods of a live cluster (`--kubeconfig`, read-only, as doctor reads
 it) or from a task list shaped as the openb trace (`--trace`). The arithmetic is
-castslice.faces.plan's, which asks the backends how each Pod is placed.
+castslice.inspect.gpus_needed's, which asks the backends how each Pod is placed.
 
 Exit status: 0 done, 2 bad input (the message names the file, row or cluster) or
 configuration.
@@ -18,14 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.flags import config_from
+from castslice.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
 from castslice.decision.workloads import kind_of, read_templates
-from castslice.faces.cli import EXIT_OK, CommandError
-from castslice.faces.cli.preview import POD_KIND, manifest_kind, preview
-from castslice.faces.cli.settings import config_from
-from castslice.faces.manifest_files import ManifestError, dump_yaml, objects, read_documents
-from castslice.faces.plan import (
+from castslice.inspect.gpus_needed import (
     Estimate,
     Plan,
     Task,
@@ -35,6 +34,7 @@ from castslice.faces.plan import (
     tasks_from_pod,
     tasks_from_trace,
 )
+from castslice.render.manifests import ManifestError, dump_yaml, objects, read_documents
 from castslice.settings.config import Config
 
 # Pods that are done hold no GPU.
@@ -153,7 +153,7 @@ def _cluster_tasks(
     kubeconfig: str | None, context: str | None, namespace: str | None, config: Config
 ) -> list[Task]:
     # Imported here: only this source needs the Kubernetes client.
-    from castslice.faces.cli.doctor import connect
+    from castslice.cli.doctor import connect
 
     api = connect(kubeconfig, context)
     try:

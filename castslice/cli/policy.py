@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from castslice.backends import backend_for
-from castslice.faces.cli import CommandError
-from castslice.faces.cli.settings import config_from
-from castslice.faces.policymode import render_json, render_yaml
+from castslice.cli import CommandError
+from castslice.cli.flags import config_from
+from castslice.render.admission_policies import render_json, render_yaml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

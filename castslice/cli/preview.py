@@ -25,6 +25,8 @@ from typing import Any, Literal
 import jsonpatch
 import msgspec
 
+from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
+from castslice.cli.flags import config_from
 from castslice.contract.definitions import WorkloadKind, templates
 from castslice.contract.patch import gpu_containers
 from castslice.contract.review import (
@@ -36,12 +38,9 @@ from castslice.contract.review import (
 )
 from castslice.decision.admission import Admission
 from castslice.decision.outcome import Outcome
-from castslice.decision.selection import sends_pod, sends_workload
 from castslice.decision.slices import is_opted_in
 from castslice.decision.workloads import kind_of, own_annotations
-from castslice.faces.cli import EXIT_OK, EXIT_PROBLEM, CommandError
-from castslice.faces.cli.settings import config_from
-from castslice.faces.manifest_files import (
+from castslice.render.manifests import (
     Document,
     ManifestError,
     dump_yaml,
@@ -49,6 +48,7 @@ from castslice.faces.manifest_files import (
     objects,
     read_documents,
 )
+from castslice.render.selection import sends_pod, sends_workload
 
 DEFAULT_NAMESPACE = "default"
 CANNOT_PREVIEW = "sliced at admission, cannot preview"

@@ -12,12 +12,12 @@ import json
 import yaml
 
 from castslice.backends import backend_for
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.doctor import add_cluster_arguments, cluster_from
+from castslice.cli.flags import config_from
 from castslice.contract.cluster import ApiError, Unreachable
-from castslice.faces.cli import EXIT_OK, CommandError
-from castslice.faces.cli.doctor import add_cluster_arguments, cluster_from
-from castslice.faces.cli.settings import config_from
-from castslice.faces.report import Report, read_report, to_document
-from castslice.faces.report.table import render
+from castslice.inspect.savings import Report, read_report, to_document
+from castslice.inspect.savings.table import render
 
 # What the report reads; named when the API server refuses one of them.
 _RIGHTS = "list nodes and pods, get replicasets and jobs"
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.serve is not None:
-            from castslice.faces.report.exporter import serve
+            from castslice.inspect.savings.exporter import serve
 
             try:
                 serve(args.serve, args.address, read)

@@ -15,20 +15,20 @@ import sys
 from collections.abc import Mapping
 
 from castslice.backends import backend_for
+from castslice.cli import EXIT_OK, CommandError
+from castslice.cli.claim_templates import generated_values
+from castslice.cli.flags import SETTINGS, config_from, effective_environment
 from castslice.contract.definitions import DEFAULT_NAMESPACE
-from castslice.decision.selection import pod_match_conditions
-from castslice.faces.cli import EXIT_OK, CommandError
-from castslice.faces.cli.claim_templates import generated_values
-from castslice.faces.cli.settings import SETTINGS, config_from, effective_environment
-from castslice.faces.manifest_files import STDIN
-from castslice.faces.registration import (
+from castslice.render.manifests import STDIN
+from castslice.render.selection import pod_match_conditions
+from castslice.render.webhook_configuration import (
     DEFAULT_NAME,
     RegistrationError,
     to_yaml,
     webhook_configuration,
 )
 from castslice.settings.config import Config
-from castslice.settings.policy_file import PolicyError, load_policy, read_policy_file
+from castslice.settings.enrolment_policy import PolicyError, load_policy, read_policy_file
 
 # The variables that change what this command prints (the policy, and the GPU resource its
 # matchConditions test for).

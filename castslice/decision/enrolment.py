@@ -1,7 +1,7 @@
 """Enrolment: whether a Pod is opted in, by its own annotation or by the policy's rules.
 
 Pure and cheap: the rules (castslice.settings.rules) were compiled once at start. The same
-rules also become the registration's CEL (castslice.decision.selection), so the function
+rules also become the registration's CEL (castslice.render.selection), so the function
 and the API server decide alike.
 """
 

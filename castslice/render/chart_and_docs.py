@@ -1,5 +1,5 @@
 """The files written from the settings table (castslice.settings.table), and the command that
-writes them: `python -m castslice.faces.generated` (`make generate`).
+writes them: `python -m castslice.render.chart_and_docs` (`make generate`).
 
 - charts/castslice/values.schema.json: each setting's property (the chart's other values
   are the chart's own and stay as written);
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from castslice.backends import BACKENDS, backend_class
-from castslice.faces.environment import MEMORY_UNITS
+from castslice.environment import MEMORY_UNITS
 from castslice.settings.names import (
     CAPACITY_NAME,
     DNS_LABEL,
@@ -453,7 +453,7 @@ def generated_files(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m castslice.faces.generated",
+        prog="python -m castslice.render.chart_and_docs",
         description=f"Write the files generated from {SOURCE}.",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from castslice.contract import cel
 from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
@@ -27,8 +26,9 @@ from castslice.contract.definitions import (
     workload_kind,
 )
 from castslice.contract.paths import EachItem, EachValue, Field, Segment
+from castslice.render import cel
 from castslice.settings.config import Config
-from castslice.settings.policy_file import glob_regex
+from castslice.settings.enrolment_policy import glob_regex
 from castslice.settings.rules import NamespacePattern, Policy, Requirement, Rule
 
 Manifest = dict[str, Any]

@@ -3,7 +3,7 @@
 Two webhooks, one endpoint: `pods.castslice.castops.io` rewrites Pods, and
 `workloads.castslice.castops.io` only warns about annotated workloads. Which
 requests reach the function at all (rules, namespaces, matchConditions) is
-castslice.decision.selection; this module puts the client, the safety settings and the
+castslice.render.selection; this module puts the client, the safety settings and the
 recorded policy around it. Every shipped configuration and `castslice webhook`
 are this module's output.
 """
@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from castslice.contract.definitions import DEFAULT_NAMESPACE, POLICY_ANNOTATION
-from castslice.decision.selection import (
+from castslice.render.manifests import dump_yaml
+from castslice.render.selection import (
     RegistrationError,
     namespace_selector,
     pod_match_conditions,
@@ -26,7 +27,6 @@ from castslice.decision.selection import (
     workload_match_conditions,
     workload_rules,
 )
-from castslice.faces.manifest_files import dump_yaml
 from castslice.settings.config import Config
 from castslice.settings.names import (
     MIN_PATH_TOKEN_LENGTH,

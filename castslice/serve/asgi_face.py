@@ -6,7 +6,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Reply, Webhook
+from castslice.serve.core import JSON, MAX_BODY_BYTES, Reply, Webhook
 
 
 async def serve_asgi(webhook: Webhook, request: Request) -> Response:

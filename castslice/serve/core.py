@@ -27,7 +27,7 @@ from castslice.contract.review import (
 )
 from castslice.decision.admission import Admission
 from castslice.decision.outcome import Outcome
-from castslice.faces.log import write_log, write_record
+from castslice.serve.log import write_log, write_record
 from castslice.settings.config import Config
 
 MAX_BODY_BYTES = 7 * 1024 * 1024

@@ -19,7 +19,7 @@ from typing import IO, Any
 import flask
 
 from castslice.contract.review import encode_json
-from castslice.faces.serving.core import JSON, MAX_BODY_BYTES, Reply, Webhook
+from castslice.serve.core import JSON, MAX_BODY_BYTES, Reply, Webhook
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -8,7 +8,7 @@ setting at start (castslice/settings/config.py): their URL is public, and the lo
 metrics are the ones to use there.
 
 One process counts. Both ways CastSlice is served, `functions-framework` and
-gunicorn with castslice/faces/tls.py, import main.py in gunicorn's arbiter and then fork
+gunicorn with castslice/serve/tls.py, import main.py in gunicorn's arbiter and then fork
 one worker, which answers every review on its threads. The counts live in that
 worker's memory, so their HTTP server has to run there too: it is started in the
 worker, right after the fork. Started in the arbiter, it would serve the arbiter's
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING
 from gunicorn.arbiter import Arbiter
 from prometheus_client import Counter, Histogram, start_http_server
 
-from castslice.faces.log import write_log, write_record
+from castslice.serve.log import write_log, write_record
 
 if TYPE_CHECKING:
-    from castslice.faces.serving.core import ReviewRecord
+    from castslice.serve.core import ReviewRecord
 
-# Every address of the Pod, as the webhook's own port (castslice/faces/tls.py).
+# Every address of the Pod, as the webhook's own port (castslice/serve/tls.py).
 ADDRESS = "0.0.0.0"
 # A review takes tens of microseconds (a 250 KiB Pod a few hundred); the API server
 # gives up on the webhook after its timeoutSeconds, 5 s.

@@ -1,6 +1,6 @@
 """gunicorn configuration for serving CastSlice over TLS inside a cluster.
 
-    gunicorn --config python:castslice.faces.tls
+    gunicorn --config python:castslice.serve.tls
 
 On Cloud Run and Knative the platform terminates TLS and the container runs
 `functions-framework --target=mutate_asgi`, whose command line has no TLS options. In a cluster
@@ -38,10 +38,10 @@ from uvicorn_worker import UvicornWorker
 wsgi_app = "functions_framework.aio:create_asgi_app(target='mutate_asgi', source='main.py')"
 # Loaded in the arbiter, then one worker forked, as functions-framework does: a bad
 # setting stops gunicorn at start with its message, and the metrics server
-# (castslice/faces/metrics.py) starts in the worker right after the fork.
+# (castslice/serve/metrics.py) starts in the worker right after the fork.
 preload_app = True
 bind = ["0.0.0.0:8443"]
-worker_class = "castslice.faces.tls.TLSWorker"
+worker_class = "castslice.serve.tls.TLSWorker"
 # One worker answering on an event loop; a Pod scales by replicas. The Prometheus counts
 # live in the worker's memory, so CASTSLICE_METRICS=true stops gunicorn if there are more.
 workers = 1

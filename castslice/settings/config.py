@@ -1,6 +1,6 @@
 """The configuration: what every CASTSLICE_* setting decided, frozen.
 
-Nothing here reads the environment (castslice.faces.environment does, once at start)
+Nothing here reads the environment (castslice.environment does, once at start)
 or knows a backend; every other module reads a Config.
 """
 

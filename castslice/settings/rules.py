@@ -1,7 +1,7 @@
 """The enrolment policy as data: ordered rules over namespaces and Pod labels, compiled once.
 
 This is part of the configuration (castslice.settings.config holds a Policy); reading and
-validating a policy document is castslice.settings.policy_file, and deciding a Pod's
+validating a policy document is castslice.settings.enrolment_policy, and deciding a Pod's
 enrolment from these rules is castslice.decision.enrolment.
 """
 

@@ -1,7 +1,7 @@
 """Every CASTSLICE_* setting in one table: its variable, its chart value, its kind, its range,
 its default and the rules it keeps with other settings.
 
-castslice.faces.environment validates the environment with it; castslice.faces.generated
+castslice.environment validates the environment with it; castslice.render.chart_and_docs
 writes from it the chart's values.schema.json, its documented defaults in values.yaml, the
 template helper that refuses what a schema cannot state, and docs/configuration.md's table.
 A bound that names another setting (`maximum="CASTSLICE_MAX_SLICE_RATIO"`) is a rule
@@ -84,7 +84,7 @@ class Setting:
     reserved: int | None = None
     # What one entry of a COUNTS setting is, for its refusal.
     noun: str = "a count"
-    # The command line's flag for it (castslice.faces.cli.settings), or None: none.
+    # The command line's flag for it (castslice.cli.flags), or None: none.
     flag: str | None = None
 
     @property

@@ -26,10 +26,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-import castslice.faces.tls
+import castslice.serve.tls
 from castslice import __version__
-from castslice.faces.cli.settings import add_settings, config_from
-from castslice.faces.environment import load_config
+from castslice.cli.flags import add_settings, config_from
+from castslice.environment import load_config
 from castslice.settings.config import Config, ConfigError
 from tests.helm import (
     CHART,
@@ -793,10 +793,10 @@ class TestDefaults:
     def test_the_container_runs_the_tls_server_on_the_image(self, pod_spec: dict[str, Any]) -> None:
         container = pod_spec["containers"][0]
         assert container["image"] == f"{SAMPLE_REPOSITORY}:{__version__}"
-        assert container["command"] == ["gunicorn", "--config=python:castslice.faces.tls"]
-        assert "args" not in container  # castslice/faces/tls.py holds every setting
+        assert container["command"] == ["gunicorn", "--config=python:castslice.serve.tls"]
+        assert "args" not in container  # castslice/serve/tls.py holds every setting
         (https,) = [port for port in container["ports"] if port["name"] == "https"]
-        assert castslice.faces.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
+        assert castslice.serve.tls.bind == [f"0.0.0.0:{https['containerPort']}"]
 
     def test_the_cert_manager_secret_is_mounted_where_the_tls_server_reads_it(
         self, objects: Objects, pod_spec: dict[str, Any]
@@ -809,8 +809,8 @@ class TestDefaults:
         (tls,) = [v for v in volumes.values() if "secret" in v]
         assert tls["secret"]["secretName"] == serving["spec"]["secretName"]
         directory = mounts[tls["name"]]["mountPath"]
-        assert castslice.faces.tls.certfile == f"{directory}/tls.crt"
-        assert castslice.faces.tls.keyfile == f"{directory}/tls.key"
+        assert castslice.serve.tls.certfile == f"{directory}/tls.crt"
+        assert castslice.serve.tls.keyfile == f"{directory}/tls.key"
         # The root filesystem is read-only; gunicorn writes its heartbeat files to /tmp.
         assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m["mountPath"] == "/tmp")]
 

@@ -21,9 +21,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from castslice.faces import generated
-from castslice.faces.cli import main as castslice_main
-from castslice.faces.environment import load_config
+from castslice.cli import main as castslice_main
+from castslice.environment import load_config
+from castslice.render import chart_and_docs as generated
 from castslice.settings.config import ConfigError
 from castslice.settings.table import (
     MAX_SLICE_RATIO,

@@ -136,8 +136,8 @@ def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
     for source in (
         "requirements.txt",
         "main.py",
-        "castslice/faces/tls.py",
-        "castslice/faces/serving/core.py",
+        "castslice/serve/tls.py",
+        "castslice/serve/core.py",
     ):
         assert not dockerignore_excludes(source), source
     for private in (".git/config", ".venv/bin/python", "tests/conftest.py", "infra/main.tf"):
@@ -198,7 +198,7 @@ def gcloudignore_excludes(path: str) -> bool:
 def test_a_source_deploy_uploads_what_googles_buildpacks_run() -> None:
     # `gcloud run deploy --source . --function=TARGET`: the Python buildpack installs
     # requirements.txt and runs functions-framework on main.py with that target.
-    for path in ("main.py", "requirements.txt", "castslice/faces/serving/core.py"):
+    for path in ("main.py", "requirements.txt", "castslice/serve/core.py"):
         assert not gcloudignore_excludes(path), path
     assert gcloudignore_excludes(".venv/bin/python")
     pins = (ROOT / "requirements.txt").read_text().splitlines()

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from castslice.backends import backend_for
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import SHARING_STRATEGIES
 
 from .variants import INFRA

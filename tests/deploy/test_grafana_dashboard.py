@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from castslice.faces import metrics
-from castslice.faces.report.exporter import metric_names
+from castslice.inspect.savings.exporter import metric_names
+from castslice.serve import metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "castslice-dashboard.json"
 _METRIC = re.compile(r"\bcastslice_[a-z_]+\b")

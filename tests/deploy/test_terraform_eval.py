@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 
 from .conftest import kubectl
 from .terraform_offline import Locals, module, plan, refusal, variable_args

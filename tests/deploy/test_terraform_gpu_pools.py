@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from castslice.backends import backend_for
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 
 from .terraform_offline import Locals, module, plan, refusal, variable_args
 from .variants import INFRA, blocks, load_hcl

@@ -1,4 +1,4 @@
-"""The in-cluster TLS server (gunicorn --config python:castslice.faces.tls), run for real
+"""The in-cluster TLS server (gunicorn --config python:castslice.serve.tls), run for real
 on 127.0.0.1: TLS 1.2+ only, and a replaced certificate is served to the next
 connection without a restart."""
 
@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-import castslice.faces.tls
+import castslice.serve.tls
 from tests.procs import free_port, serving
 from tests.secret_volume import SecretVolume
 
@@ -125,7 +125,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # The Deployment's command, with the address and the files moved for the test.
     command = [
         str(Path(sys.executable).with_name("gunicorn")),
-        "--config=python:castslice.faces.tls",
+        "--config=python:castslice.serve.tls",
     ]
     with serving(
         "gunicorn-tls",
@@ -262,7 +262,7 @@ class TestReloadingContext:
         return volume
 
     @staticmethod
-    def factory(volume: SecretVolume) -> castslice.faces.tls.ContextFactory:
+    def factory(volume: SecretVolume) -> castslice.serve.tls.ContextFactory:
         def build() -> ssl.SSLContext:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(volume.certfile, volume.keyfile)
@@ -286,7 +286,7 @@ class TestReloadingContext:
         return client.getpeercert(binary_form=True)
 
     def test_the_same_files_give_the_same_context(self, volume: SecretVolume) -> None:
-        contexts = castslice.faces.tls.ReloadingContext()
+        contexts = castslice.serve.tls.ReloadingContext()
         build = self.factory(volume)
         first = contexts.get(str(volume.certfile), str(volume.keyfile), build)
         assert contexts.get(str(volume.certfile), str(volume.keyfile), build) is first
@@ -297,12 +297,12 @@ class TestReloadingContext:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1, on purpose
             context.minimum_version = ssl.TLSVersion.TLSv1_1
-        assert castslice.faces.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_2
+        assert castslice.serve.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_2
         context.minimum_version = ssl.TLSVersion.TLSv1_3
-        assert castslice.faces.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_3
+        assert castslice.serve.tls.harden(context).minimum_version == ssl.TLSVersion.TLSv1_3
 
     def test_a_mismatched_pair_keeps_the_last_good_certificate(self, volume: SecretVolume) -> None:
-        contexts = castslice.faces.tls.ReloadingContext()
+        contexts = castslice.serve.tls.ReloadingContext()
         build = self.factory(volume)
         good = contexts.get(str(volume.certfile), str(volume.keyfile), build)
         before = self.served(good)
@@ -320,7 +320,7 @@ class TestReloadingContext:
     def test_without_a_good_certificate_the_error_is_raised(self, volume: SecretVolume) -> None:
         volume.update(new_pair(44).cert, new_pair(45).key)
         with pytest.raises(ssl.SSLError):
-            castslice.faces.tls.ReloadingContext().get(
+            castslice.serve.tls.ReloadingContext().get(
                 str(volume.certfile), str(volume.keyfile), self.factory(volume)
             )
 
@@ -328,7 +328,7 @@ class TestReloadingContext:
 def test_only_intended_names_are_read_as_gunicorn_settings() -> None:
     # gunicorn takes every module-level name of the config module that is a setting.
     known = {setting.name for setting in gunicorn.config.KNOWN_SETTINGS}
-    settings = set(vars(castslice.faces.tls)) & known
+    settings = set(vars(castslice.serve.tls)) & known
     assert settings == {
         "wsgi_app", "preload_app", "bind", "worker_class", "workers", "timeout",
         "graceful_timeout", "keepalive", "certfile", "keyfile", "control_socket_disable",

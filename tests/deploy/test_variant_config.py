@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice.faces.environment import load_config
+from castslice.environment import load_config
 from castslice.settings.config import Config
 
 from .conftest import kubectl

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import kubernetes.client
 from prometheus_client.parser import text_string_to_metric_families
 
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.render.webhook_configuration import POD_WEBHOOK
 
 FAIL_OPEN = "apiserver_admission_webhook_fail_open_count"
 DURATION = "apiserver_admission_webhook_admission_duration_seconds"

@@ -1,6 +1,6 @@
 """Registering CastSlice with the API server, as `castslice webhook` generates it.
 
-The configuration is castslice.faces.registration's output for the server's own
+The configuration is castslice.render.webhook_configuration's output for the server's own
 settings (its policy included), with the server's URL and CA: the generator
 that also wrote infra/webhook/mutatingwebhookconfiguration.yaml.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import kubernetes.client
 
-from castslice.faces.environment import load_config
-from castslice.faces.registration import DEFAULT_NAME, POD_WEBHOOK, webhook_configuration
+from castslice.environment import load_config
+from castslice.render.webhook_configuration import DEFAULT_NAME, POD_WEBHOOK, webhook_configuration
 from castslice.settings.config import Config
 
 from ..procs import wait_until

@@ -13,7 +13,7 @@ import json
 import kubernetes.client
 import pytest
 
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.render.webhook_configuration import POD_WEBHOOK
 
 from .apiserver_metrics import FAIL_OPEN, fail_open_count
 from .burst import APPLIED, remove_burst, start_burst, wait_for_pods

@@ -340,7 +340,7 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
     tmp_path: Path,
 ) -> None:
     from castslice.backends import backend_for
-    from castslice.faces.environment import load_config
+    from castslice.environment import load_config
 
     run = uuid.uuid4().hex[:6]
     listed, enrolled, applied = f"ml-{run}", f"research-{run}", f"team-{run}"

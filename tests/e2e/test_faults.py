@@ -26,7 +26,7 @@ import kubernetes.client
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.render.webhook_configuration import POD_WEBHOOK
 
 from ..procs import free_port, wait_until
 from ..secret_volume import SecretVolume

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from castslice.contract.definitions import APPLIED
 from castslice.decision.admission import Admission
-from castslice.decision.selection import pod_match_conditions, sends_pod
 from castslice.decision.slices import shorten
-from castslice.faces.environment import load_config
-from castslice.faces.policymode import render
-from castslice.faces.policymode.messages import shorten as cel_shorten
-from castslice.faces.policymode.policies import WARNING_SLOTS
+from castslice.environment import load_config
+from castslice.render.admission_policies import render
+from castslice.render.admission_policies.messages import shorten as cel_shorten
+from castslice.render.admission_policies.policies import WARNING_SLOTS
+from castslice.render.selection import pod_match_conditions, sends_pod
 
 from . import celeval
 from .conftest import missing

@@ -35,10 +35,10 @@ import kubernetes.client
 import pytest
 
 from castslice.contract.definitions import APPLIED
-from castslice.faces.environment import load_config
-from castslice.faces.policymode import WARNING_PREFIX, render_yaml
-from castslice.faces.policymode.policies import WARNING_SLOTS
-from castslice.faces.policymode.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
+from castslice.environment import load_config
+from castslice.render.admission_policies import WARNING_PREFIX, render_yaml
+from castslice.render.admission_policies.policies import WARNING_SLOTS
+from castslice.render.admission_policies.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
 from castslice.settings.config import Config
 
 from ..procs import wait_until

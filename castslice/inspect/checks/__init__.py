@@ -14,7 +14,7 @@ from typing import Any
 from castslice.backends import NodeCheck, backend_for
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.findings import Result, failed
-from castslice.faces.doctor import (
+from castslice.inspect.checks import (
     capacity,
     dry_run,
     endpoint,
@@ -23,7 +23,7 @@ from castslice.faces.doctor import (
     likely_cause,
     pending,
     quotas,
-    registration,
+    registered_webhook,
 )
 from castslice.settings.config import Config
 
@@ -45,17 +45,19 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
     """Every check, in the order a user would investigate."""
     live: Manifest | None = None
     results: list[Result] = []
-    webhook_names = registration.castslice_webhook_names(
-        registration.expected_configuration(config)
+    webhook_names = registered_webhook.castslice_webhook_names(
+        registered_webhook.expected_configuration(config)
     )
     try:
         live = _read_configuration(cluster, name)
-        expected = registration.expected_configuration(config, live)
+        expected = registered_webhook.expected_configuration(config, live)
         others = [] if live else _holders(cluster, webhook_names)
-        results.append(registration.check_registration(name, live, expected, others))
+        results.append(registered_webhook.check_registration(name, live, expected, others))
     except ApiError as error:
         results.append(
-            _unreadable(registration.CHECK, error, "get and list mutatingwebhookconfigurations")
+            _unreadable(
+                registered_webhook.CHECK, error, "get and list mutatingwebhookconfigurations"
+            )
         )
     cause = likely_cause.for_endpoint(config, live, webhook_names)
     own = backend_for(config).node_checks()
@@ -88,7 +90,7 @@ def _read_configuration(cluster: Cluster, name: str) -> Manifest | None:
 
 def _holders(cluster: Cluster, webhook_names: Sequence[str]) -> list[str]:
     """Configurations holding CastSlice's webhooks under another name (another variant's)."""
-    return registration.holders_of(cluster.list(CONFIGURATIONS), webhook_names)
+    return registered_webhook.holders_of(cluster.list(CONFIGURATIONS), webhook_names)
 
 
 def _unreadable(check: str, error: ApiError, rights: str) -> Result:

@@ -13,7 +13,7 @@ from typing import Any
 from castslice.backends import Backend, Placement, backend_for, sharing_degree
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed
-from castslice.faces.doctor.capacity import is_usable, serves
+from castslice.inspect.checks.capacity import is_usable, serves
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]

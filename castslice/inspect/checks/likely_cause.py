@@ -12,9 +12,9 @@ from typing import Any
 
 from castslice.backends import backend_for
 from castslice.contract.findings import Result
-from castslice.faces.doctor.dry_run import CHECK as CHECK_DRY_RUN
-from castslice.faces.doctor.dry_run import NOT_CALLED
-from castslice.faces.doctor.endpoint import castslice_client_configs
+from castslice.inspect.checks.dry_run import CHECK as CHECK_DRY_RUN
+from castslice.inspect.checks.dry_run import NOT_CALLED
+from castslice.inspect.checks.endpoint import castslice_client_configs
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]

@@ -16,7 +16,7 @@ from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import APPLIED
 from castslice.contract.findings import Result, failed, passed
 from castslice.contract.scheduling import unschedulable_message
-from castslice.faces.doctor.capacity import needed_placements
+from castslice.inspect.checks.capacity import needed_placements
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]

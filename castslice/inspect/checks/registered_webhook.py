@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from castslice.contract.findings import Result, failed, passed
-from castslice.faces.registration import RegistrationError, webhook_configuration
+from castslice.render.webhook_configuration import RegistrationError, webhook_configuration
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]

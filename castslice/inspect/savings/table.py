@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterator
 
-from castslice.faces.report import Gpu, Report, Saving, share_text
+from castslice.inspect.savings import Gpu, Report, Saving, share_text
 
 WIDTH = 100
 NOT_VISIBLE = "GPU not visible; node only"

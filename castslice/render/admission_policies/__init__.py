@@ -11,7 +11,7 @@ import json
 import yaml
 
 from castslice.backends import backend_for
-from castslice.faces.policymode.policies import (
+from castslice.render.admission_policies.policies import (
     MINIMUM_KUBERNETES,
     NAME,
     WARNING_PREFIX,

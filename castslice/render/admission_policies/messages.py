@@ -6,12 +6,12 @@ and castslice.decision.admission (placed by hand, less than asked).
 
 from __future__ import annotations
 
-from castslice.contract import cel
-from castslice.contract.cel import Expr, literal, string, variable
 from castslice.contract.definitions import SLICE_RATIO, WORKLOAD_TYPE
 from castslice.decision.slices import MAX_WARNING_LENGTH, known_types
 from castslice.decision.slices import shorten as shorten_text
-from castslice.faces.policymode.placement import PlacementCel
+from castslice.render import cel
+from castslice.render.admission_policies.placement import PlacementCel
+from castslice.render.cel import Expr, literal, string, variable
 from castslice.settings.config import Config
 from castslice.settings.rules import POLICY_SOURCE_PREFIX
 

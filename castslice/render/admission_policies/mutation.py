@@ -6,17 +6,17 @@ so the API server stores the same Pod whichever engine ran.
 
 from __future__ import annotations
 
-from castslice.contract import cel
-from castslice.contract.cel import Expr, jsonpatch, string, variable
 from castslice.contract.definitions import APPLIED, CONTAINER_LISTS, DecisionRecord, json_string
 from castslice.contract.patch import escape_pointer_token
-from castslice.faces.policymode.decision import (
+from castslice.render import cel
+from castslice.render.admission_policies.placement import PlacementCel
+from castslice.render.admission_policies.variables import (
     REQUIRED_AFFINITY,
     containers_of,
     gpu_requested,
     required_node_terms,
 )
-from castslice.faces.policymode.placement import PlacementCel
+from castslice.render.cel import Expr, jsonpatch, string, variable
 from castslice.settings.config import Config
 
 _BACKSLASH, _QUOTE = "\\", '"'

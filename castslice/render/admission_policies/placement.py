@@ -8,9 +8,9 @@ own answers, asked at render time; only the arithmetic choosing between them
 from __future__ import annotations
 
 from castslice.backends import Placement, backend_for
-from castslice.contract import cel
-from castslice.contract.cel import Expr, literal, string, variable
 from castslice.decision.slices import share_text
+from castslice.render import cel
+from castslice.render.cel import Expr, literal, string, variable
 from castslice.settings.config import Config
 
 Variables = list[tuple[str, Expr]]

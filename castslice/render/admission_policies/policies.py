@@ -19,22 +19,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from castslice.contract import cel
-from castslice.contract.cel import Expr, string, variable
 from castslice.contract.definitions import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
-from castslice.decision import selection
-from castslice.decision.selection import namespace_selector, pod_match_conditions, pod_rules
-from castslice.faces.policymode import messages
-from castslice.faces.policymode import workload_warnings as workloads
-from castslice.faces.policymode.decision import (
+from castslice.render import cel, selection
+from castslice.render.admission_policies import messages
+from castslice.render.admission_policies import workload_warnings as workloads
+from castslice.render.admission_policies.mutation import (
+    gpu_containers,
+    original_entries,
+    patch,
+    record,
+)
+from castslice.render.admission_policies.placement import PlacementCel
+from castslice.render.admission_policies.variables import (
     Variables,
     any_gpu_container,
     placed_by_hand,
     slice_variables,
 )
-from castslice.faces.policymode.mutation import gpu_containers, original_entries, patch, record
-from castslice.faces.policymode.placement import PlacementCel
-from castslice.faces.registration import POD_WEBHOOK
+from castslice.render.cel import Expr, string, variable
+from castslice.render.selection import namespace_selector, pod_match_conditions, pod_rules
+from castslice.render.webhook_configuration import POD_WEBHOOK
 from castslice.settings.config import Config
 
 Manifest = dict[str, Any]

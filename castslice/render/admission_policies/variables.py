@@ -7,10 +7,10 @@ read the same answer.
 
 from __future__ import annotations
 
-from castslice.contract import cel
-from castslice.contract.cel import Expr, literal, string, variable
 from castslice.contract.definitions import CONTAINER_LISTS, SLICE_RATIO, WORKLOAD_TYPE, json_string
-from castslice.decision.selection import namespace_matches
+from castslice.render import cel
+from castslice.render.cel import Expr, literal, string, variable
+from castslice.render.selection import namespace_matches
 from castslice.settings.config import Config
 from castslice.settings.rules import Policy, Requirement, Rule
 

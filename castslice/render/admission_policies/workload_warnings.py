@@ -9,8 +9,7 @@ are added. Workloads are never mutated.
 
 from __future__ import annotations
 
-from castslice.contract import cel, paths
-from castslice.contract.cel import Expr, literal, string, variable
+from castslice.contract import paths
 from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     APPLIED,
@@ -21,18 +20,20 @@ from castslice.contract.definitions import (
     TemplateLocation,
     WorkloadKind,
 )
-from castslice.decision.selection import (
+from castslice.decision.slices import MAX_WARNING_LENGTH
+from castslice.decision.slices import clip as clip_text
+from castslice.render import cel
+from castslice.render.admission_policies import messages
+from castslice.render.admission_policies.mutation import asked_quantity, gpu_containers
+from castslice.render.admission_policies.placement import PlacementCel
+from castslice.render.admission_policies.variables import Variables, placed_by_hand, slice_variables
+from castslice.render.cel import Expr, literal, string, variable
+from castslice.render.selection import (
     namespace_selector,
     workload_match_conditions,
     workload_rules,
 )
-from castslice.decision.slices import MAX_WARNING_LENGTH
-from castslice.decision.slices import clip as clip_text
-from castslice.faces.policymode import messages
-from castslice.faces.policymode.decision import Variables, placed_by_hand, slice_variables
-from castslice.faces.policymode.mutation import asked_quantity, gpu_containers
-from castslice.faces.policymode.placement import PlacementCel
-from castslice.faces.registration import WORKLOAD_WEBHOOK
+from castslice.render.webhook_configuration import WORKLOAD_WEBHOOK
 from castslice.settings.config import Config
 
 NAME = WORKLOAD_WEBHOOK
