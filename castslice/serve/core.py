@@ -96,7 +96,8 @@ class Webhook:
                 f"method {method} is not allowed; send the AdmissionReview with POST",
                 {"Allow": _ALLOWED_METHODS},
             )
-        if self.config.path_token is not None and not self._token_matches(path):
+        token = self.config.path_token
+        if token is not None and not _token_matches(path, token):
             # No detail: the token is what keeps the public URL private.
             return self._reject(404, "not found")
         # The API server sends exactly this; only other spellings need parsing.
@@ -140,10 +141,6 @@ class Webhook:
         self._log_review(_review_record(request, outcome, time.perf_counter() - started))
         return Reply(200, encode_review(outcome.response))
 
-    def _token_matches(self, path: str) -> bool:
-        segment = path.rstrip("/").rpartition("/")[2]
-        return hmac.compare_digest(segment.encode(), self.config.path_token.encode())
-
     def _failed_open(self, uid: str, detail: str) -> Reply:
         self._log("ERROR", f"review failed, Pod admitted unchanged: {detail[:300]}", uid=uid)
         return Reply(200, encode_review(allowed(uid, [_INTERNAL_ERROR_WARNING])))
@@ -174,6 +171,11 @@ def _review_record(request: AdmissionRequest, outcome: Outcome, seconds: float) 
         dry_run=bool(request.get("dryRun")),
         latency_ms=round(seconds * 1000, 3),
     )
+
+
+def _token_matches(path: str, token: str) -> bool:
+    segment = path.rstrip("/").rpartition("/")[2]
+    return hmac.compare_digest(segment.encode(), token.encode())
 
 
 def _mimetype(content_type: str) -> str:
