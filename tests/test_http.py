@@ -8,6 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from castslice import __version__
+from castslice.serve import core
 from tests.factories import (
     GPU,
     JSON_HEADERS,
@@ -180,6 +181,40 @@ def test_unexpected_error_admits_the_pod(
     (line,) = log_lines(capsys)
     assert (line["severity"], line["uid"]) == ("ERROR", response["uid"])
     assert "RuntimeError: planted bug" in line["message"]
+
+
+def test_a_decided_answer_that_cannot_be_encoded_admits_the_pod_unchanged(
+    client: TestClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug in the encoder cannot be produced from outside either: one is planted.
+    encode_review = core.encode_review
+
+    def broken_for_patches(response: dict) -> bytes:
+        if "patch" in response:
+            raise RuntimeError("planted encoder bug")
+        return encode_review(response)
+
+    monkeypatch.setattr("castslice.serve.core.encode_review", broken_for_patches)
+    review = make_review(make_pod(opted_in()))
+    assert review_response(client, review) == {
+        "uid": review["request"]["uid"],
+        "allowed": True,
+        "warnings": [
+            "castslice could not process this Pod (internal error); it was admitted unchanged"
+        ],
+    }
+    decided, failed = log_lines(capsys)
+    assert decided["decision"] == "mutated"
+    assert {key: failed[key] for key in ("severity", "uid", "decision", "reason", "status")} == {
+        "severity": "ERROR",
+        "uid": review["request"]["uid"],
+        "decision": "error",
+        "reason": "after the decision",
+        "status": 200,
+    }
+    assert failed["message"] == (
+        "review admitted unchanged after an error: RuntimeError: planted encoder bug"
+    )
 
 
 def test_one_log_line_per_review_without_pod_contents(
