@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -215,6 +217,18 @@ def test_a_decided_answer_that_cannot_be_encoded_admits_the_pod_unchanged(
     assert failed["message"] == (
         "review admitted unchanged after an error: RuntimeError: planted encoder bug"
     )
+
+
+def test_the_request_log_docs_list_every_reason_an_answer_without_a_decision_has() -> None:
+    # The reasons are metrics labels: the list users build dashboards from must be whole.
+    operate = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text()
+    documented: dict[str, set[str]] = {}
+    for decision, reasons in re.findall(r"^\| `([a-z-]+)` \| ([^|]+) \|", operate, re.MULTILINE):
+        if decision in core.ANSWER_REASONS:
+            documented.setdefault(decision, set()).update(re.findall(r"`([^`]+)`", reasons))
+    assert documented == {
+        decision: set(reasons) for decision, reasons in core.ANSWER_REASONS.items()
+    }
 
 
 def test_one_log_line_per_review_without_pod_contents(

@@ -60,6 +60,18 @@ NOT_A_REVIEW = "not an AdmissionReview"
 ERROR = "error"  # CastSlice failed around a review
 AFTER_THE_DECISION = "after the decision"  # answered 200, the decision still in the answer
 REQUEST_FAILED = "request failed"  # answered 500: no decision was made
+ANSWER_REASONS = {
+    FAILED_OPEN: (UNREADABLE_OBJECT, DECISION_FAILED),
+    REFUSED: (
+        NOT_A_REVIEW,
+        BODY_CUT_SHORT,
+        WRONG_PATH,
+        METHOD_NOT_ALLOWED,
+        BODY_TOO_LARGE,
+        NOT_JSON,
+    ),
+    ERROR: (AFTER_THE_DECISION, REQUEST_FAILED),
+}
 
 
 class Reply(msgspec.Struct, frozen=True):
