@@ -219,6 +219,27 @@ def test_a_decided_answer_that_cannot_be_encoded_admits_the_pod_unchanged(
     )
 
 
+def test_a_request_that_fails_before_a_decision_is_a_json_500_with_its_line(
+    client: TestClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object) -> None:
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(core.Webhook, "screen", broken)
+    answer = post(client, make_review(make_pod(opted_in())))
+    assert (answer.status_code, media_type(answer)) == (500, "application/json")
+    assert answer.json() == {"error": "internal error"}
+    assert log_lines(capsys) == [
+        {
+            "severity": "ERROR",
+            "message": "request failed: RuntimeError: planted bug",
+            "decision": "error",
+            "reason": "request failed",
+            "status": 500,
+        }
+    ]
+
+
 def test_the_request_log_docs_list_every_reason_an_answer_without_a_decision_has() -> None:
     # The reasons are metrics labels: the list users build dashboards from must be whole.
     operate = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text()
