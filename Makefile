@@ -24,7 +24,8 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check --quiet .
 	@$(BIN)/lint-imports --no-cache --no-logo >$(VENV)/lint-imports.out || \
 	  { cat $(VENV)/lint-imports.out; exit 1; }
-	@echo "lint: ruff check, ruff format and the import contract found nothing"
+	@$(BIN)/mypy >$(VENV)/mypy.out || { cat $(VENV)/mypy.out; exit 1; }
+	@echo "lint: ruff check, ruff format and the import contract found nothing; mypy: $$(tail -n 1 $(VENV)/mypy.out)"
 
 # The files written from the settings table (castslice/settings/table.py): the chart's
 # values.schema.json, values.yaml's defaults, templates/_settings.tpl and

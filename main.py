@@ -12,6 +12,7 @@ import os
 import flask
 import functions_framework
 import functions_framework.aio
+import werkzeug
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -46,7 +47,7 @@ if flask.has_app_context():
     _app.wsgi_app = answer_first(_webhook, _app.wsgi_app, os.environ)
 
     @functions_framework.http
-    def mutate(request: flask.Request) -> flask.Response:
+    def mutate(request: flask.Request) -> werkzeug.Response:
         return serve_flask(_webhook, request)
 
 else:

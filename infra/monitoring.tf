@@ -1,22 +1,24 @@
 # What the service does, in Cloud Monitoring: log-based metrics read from the request
 # log, a dashboard and alert policies. Off with monitoring_enabled = false.
 #
-# The request log is one JSON line per answered review on stdout, which Cloud Run
-# turns into a log entry: severity becomes the entry's severity and every other field
-# lands in jsonPayload (message, uid, namespace, pod, decision, reason, slices, source,
-# backend, containersChanged, warnings, dryRun, latencyMs). A review that fails inside
-# CastSlice is an ERROR line ("review failed, Pod admitted unchanged: ..."); a refused
-# request is a WARNING line ("rejected request: ...") with its HTTP status.
+# The request log is one JSON line per answer on stdout, which Cloud Run turns into a
+# log entry: severity becomes the entry's severity and every other field lands in
+# jsonPayload. A decided review has message, uid, namespace, pod, decision, reason,
+# slices, source, backend, containersChanged, warnings, dryRun and latencyMs. Any other
+# answer has message, uid (when known), decision, reason and its HTTP status: decision
+# "failed-open" (an ERROR line: the Pod was admitted unchanged), "refused" (a WARNING
+# line: 4xx) or "error" (an ERROR line: CastSlice failed around a review). The metrics
+# read these fields, never the message's text.
 
 locals {
   # Only this service's entries: a project may run other Cloud Run services.
   service_log = "resource.type=\"cloud_run_revision\" AND resource.labels.service_name=\"${var.service_name}\""
-  # Every answered review, and only those, carries a decision.
-  review_log = "${local.service_log} AND jsonPayload.decision:*"
+  # Every decided review, and only those, carries a decision and its latency.
+  review_log = "${local.service_log} AND jsonPayload.decision:* AND jsonPayload.latencyMs:*"
 
   label_descriptions = {
     decision = "mutated, unchanged or skipped"
-    reason   = "why a Pod was skipped or left unchanged, e.g. not opted in"
+    reason   = "why a Pod was skipped or left unchanged (e.g. not opted in), or why a request got no decision (e.g. unreadable object, body too large)"
     source   = "where the slice count came from: slice-ratio, workload-type, default or policy:<rule>"
     backend  = "resource, nvidia or gke"
     status   = "HTTP status of the refusal"
@@ -64,11 +66,13 @@ locals {
     failed_open_reviews = {
       display_name    = "CastSlice failed-open reviews"
       description     = "Reviews that failed inside CastSlice: the Pod was admitted unchanged, with a warning."
-      filter          = "${local.service_log} AND severity>=ERROR AND jsonPayload.message=~\"^review failed\""
+      filter          = "${local.service_log} AND jsonPayload.decision=\"failed-open\""
       value_type      = "INT64"
       unit            = "1"
       value_extractor = null
-      labels          = {}
+      labels = {
+        reason = "EXTRACT(jsonPayload.reason)"
+      }
     }
     errors = {
       display_name    = "CastSlice errors"
@@ -82,12 +86,13 @@ locals {
     rejected_requests = {
       display_name    = "CastSlice refused requests"
       description     = "Requests refused as not a valid AdmissionReview (400, 405, 413, 415) or on another path than the token's (404). The API server admits a Pod whose review was refused without CastSlice."
-      filter          = "${local.service_log} AND severity=WARNING AND jsonPayload.status:*"
+      filter          = "${local.service_log} AND jsonPayload.decision=\"refused\""
       value_type      = "INT64"
       unit            = "1"
       value_extractor = null
       labels = {
         status = "EXTRACT(jsonPayload.status)"
+        reason = "EXTRACT(jsonPayload.reason)"
       }
     }
   }
@@ -144,7 +149,7 @@ locals {
       y     = 32
       width = 48
       series = [
-        { plot = "LINE", legend = "failed-open reviews", filter = local.metric_filters.failed_open_reviews, aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", group_by = [] },
+        { plot = "LINE", legend = "failed open, $${metric.labels.reason}", filter = local.metric_filters.failed_open_reviews, aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", group_by = ["metric.label.\"reason\""] },
         { plot = "LINE", legend = "error lines", filter = local.metric_filters.errors, aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", group_by = [] },
         { plot = "LINE", legend = "refused, status $${metric.labels.status}", filter = local.metric_filters.rejected_requests, aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", group_by = ["metric.label.\"status\""] },
         { plot = "LINE", legend = "5xx answers", filter = local.server_errors, aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", group_by = [] },

@@ -70,11 +70,15 @@ class Served:
         )
 
     def request(
-        self, method: str, path: str = "/?timeout=5s", body: bytes | str | None = None
+        self,
+        method: str,
+        path: str = "/?timeout=5s",
+        body: bytes | str | None = None,
+        content_type: str = "application/json",
     ) -> tuple[int, str | None, bytes]:
         """One request on a new connection: (status, Content-Type, body)."""
         connection = self.connection()
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers = {"Content-Type": content_type} if body is not None else {}
         try:
             connection.request(method, path, body=body, headers=headers)
             reply = connection.getresponse()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
 from castslice import __version__
+from castslice.serve import core
 from tests.factories import (
     GPU,
     JSON_HEADERS,
@@ -180,6 +183,73 @@ def test_unexpected_error_admits_the_pod(
     (line,) = log_lines(capsys)
     assert (line["severity"], line["uid"]) == ("ERROR", response["uid"])
     assert "RuntimeError: planted bug" in line["message"]
+
+
+def test_a_decided_answer_that_cannot_be_encoded_admits_the_pod_unchanged(
+    client: TestClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug in the encoder cannot be produced from outside either: one is planted.
+    encode_review = core.encode_review
+
+    def broken_for_patches(response: dict) -> bytes:
+        if "patch" in response:
+            raise RuntimeError("planted encoder bug")
+        return encode_review(response)
+
+    monkeypatch.setattr("castslice.serve.core.encode_review", broken_for_patches)
+    review = make_review(make_pod(opted_in()))
+    assert review_response(client, review) == {
+        "uid": review["request"]["uid"],
+        "allowed": True,
+        "warnings": [
+            "castslice could not process this Pod (internal error); it was admitted unchanged"
+        ],
+    }
+    decided, failed = log_lines(capsys)
+    assert decided["decision"] == "mutated"
+    assert {key: failed[key] for key in ("severity", "uid", "decision", "reason", "status")} == {
+        "severity": "ERROR",
+        "uid": review["request"]["uid"],
+        "decision": "error",
+        "reason": "after the decision",
+        "status": 200,
+    }
+    assert failed["message"] == (
+        "review admitted unchanged after an error: RuntimeError: planted encoder bug"
+    )
+
+
+def test_a_request_that_fails_before_a_decision_is_a_json_500_with_its_line(
+    client: TestClient, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object) -> None:
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(core.Webhook, "screen", broken)
+    answer = post(client, make_review(make_pod(opted_in())))
+    assert (answer.status_code, media_type(answer)) == (500, "application/json")
+    assert answer.json() == {"error": "internal error"}
+    assert log_lines(capsys) == [
+        {
+            "severity": "ERROR",
+            "message": "request failed: RuntimeError: planted bug",
+            "decision": "error",
+            "reason": "request failed",
+            "status": 500,
+        }
+    ]
+
+
+def test_the_request_log_docs_list_every_reason_an_answer_without_a_decision_has() -> None:
+    # The reasons are metrics labels: the list users build dashboards from must be whole.
+    operate = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text()
+    documented: dict[str, set[str]] = {}
+    for decision, reasons in re.findall(r"^\| `([a-z-]+)` \| ([^|]+) \|", operate, re.MULTILINE):
+        if decision in core.ANSWER_REASONS:
+            documented.setdefault(decision, set()).update(re.findall(r"`([^`]+)`", reasons))
+    assert documented == {
+        decision: set(reasons) for decision, reasons in core.ANSWER_REASONS.items()
+    }
 
 
 def test_one_log_line_per_review_without_pod_contents(

@@ -19,12 +19,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from castslice.environment import load_config
+from castslice.serve.core import Webhook
 from castslice.settings.config import ConfigError
 from tests.deploy.test_tls import client_context, image_app, new_pair
-from tests.factories import container, make_pod, make_review, opted_in
+from tests.factories import apply_response, container, make_pod, make_review, opted_in
 from tests.procs import free_port
 from tests.served import (
     ROOT,
+    TARGETS,
     Served,
     environment,
     functions_framework_command,
@@ -220,6 +222,121 @@ def test_the_webhook_port_answers_metrics_as_any_other_path(server: MetricsServe
     assert (status, content_type) == (200, "application/json")
     assert json.loads(raw)["status"] == "ok"
     assert REQUESTS.encode() not in raw
+
+
+# --- answers without a decision, and failures after one ----------------------------
+
+INTERNAL_ERROR = "castslice could not process this Pod (internal error); it was admitted unchanged"
+LIMIT = 7 * 1024 * 1024
+
+
+def unreadable_review() -> dict:
+    pod = make_pod(opted_in())
+    pod["spec"]["containers"] = "not-a-list"
+    return make_review(pod, uid="unreadable")
+
+
+def declare_too_large(served: Served) -> int:
+    """The status of a POST that declares a body past the limit; not a byte of it is sent."""
+    connection = served.connection()
+    try:
+        connection.putrequest("POST", "/?timeout=5s")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(LIMIT + 1))
+        connection.endheaders()
+        reply = connection.getresponse()
+        reply.read()
+        return reply.status
+    finally:
+        connection.close()
+
+
+def test_failed_open_and_refused_answers_are_counted_by_reason(server: MetricsServer) -> None:
+    before, before_count, _ = server.counts()
+    status, _, raw = server.served.request("POST", body=json.dumps(unreadable_review()))
+    assert status == 200
+    assert json.loads(raw)["response"] == {
+        "uid": "unreadable",
+        "allowed": True,
+        "warnings": [INTERNAL_ERROR],
+    }
+    training = json.dumps(KINDS["training"][0])
+    assert server.served.request("POST", body=training, content_type="text/plain")[0] == 415
+    assert declare_too_large(server.served) == 413
+
+    after, after_count, _ = server.counts()
+    assert after - before == Counter(
+        {
+            ("failed-open", "unreadable object", "", ""): 1,
+            ("refused", "not JSON", "", ""): 1,
+            ("refused", "body too large", "", ""): 1,
+        }
+    )
+    # The duration is a decision's: an answer without one is not in it.
+    assert after_count == before_count
+
+
+# main.py with one part of what follows a decision raising, as a bug there would.
+SABOTAGED_MAIN = """
+from pathlib import Path
+
+from castslice.serve import log, metrics
+
+
+class Raising:
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(f"planted failure: {{name}}")
+
+
+{sabotage}
+exec(compile(Path({main!r}).read_text(), {main!r}, "exec"))
+"""
+SABOTAGES = {
+    "counter": "metrics.REQUESTS = Raising()",
+    "log writer": "log._encoder = Raising()",
+}
+
+
+@pytest.mark.parametrize("face", sorted(TARGETS))
+@pytest.mark.parametrize("broken", sorted(SABOTAGES))
+def test_a_failure_after_the_decision_still_answers_the_decision(
+    tmp_path: Path, broken: str, face: str
+) -> None:
+    main = str(ROOT / "main.py")
+    source = tmp_path / "sabotaged_main.py"
+    source.write_text(SABOTAGED_MAIN.format(sabotage=SABOTAGES[broken], main=main))
+    port = free_port()
+    env = environment(CASTSLICE_METRICS="true", CASTSLICE_METRICS_PORT=str(port))
+    pod = make_pod(opted_in(**{"castops.io/slice-ratio": "2"}))
+    body = json.dumps(make_review(pod, uid="after-the-decision"))
+
+    def command(http_port: int) -> list[str]:
+        return [sys.executable, "-m", "functions_framework", f"--target={TARGETS[face]}",
+                f"--source={source}", "--host=127.0.0.1", f"--port={http_port}"]  # fmt: skip
+
+    with serving("castslice-sabotaged", command, tmp_path, env) as served:
+        status, content_type, raw = served.request("POST", body=body)
+        counted = MetricsServer(served, port).counts()[0] if broken != "counter" else None
+        lines = [json.loads(text) for text in served.request_log.read_text().splitlines()]
+
+    assert (status, content_type) == (200, "application/json")
+    document = json.loads(raw)
+    assert (document["apiVersion"], document["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    # The very answer an unbroken webhook gives, patch included, and the patch applies.
+    unbroken = Webhook(load_config(environment()), log_review=lambda record: None)
+    assert document == json.loads(unbroken.answer(body.encode()).body)
+    limits = apply_response(pod, document["response"])["spec"]["containers"][0]["resources"]
+    assert limits["limits"] == {"nvidia.com/gpu-shared": "2"}
+    if broken == "counter":
+        errors = [line["message"] for line in lines if line["severity"] == "ERROR"]
+        assert any(
+            message.startswith("review answered mutated after an error: RuntimeError")
+            for message in errors
+        ), errors
+    else:
+        # The log cannot tell; the counter does.
+        assert counted is not None
+        assert counted[("error", "after the decision", "", "")] == 1
 
 
 # --- metrics off, and refusals ------------------------------------------------------

@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Every command depends on the configuration: one set of flags for all.
             add_settings(command)
     args = parser.parse_args(arguments)
+    if module is None:
+        # argparse accepted a command that is not the first word without a dash.
+        parser.error(f"put the command ({args.command}) before its arguments")
     try:
         return module.run(args)
     except ConfigError as error:

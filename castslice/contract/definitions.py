@@ -42,7 +42,8 @@ SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease")
 DEFAULT_NAMESPACE = "castslice"
 
 # Every kind of container a Pod has; a GPU in any of them is rewritten.
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+ContainerList = Literal["initContainers", "containers", "ephemeralContainers"]
+CONTAINER_LISTS: tuple[ContainerList, ...] = ("initContainers", "containers", "ephemeralContainers")
 
 Scope = Literal["Namespaced", "Cluster"]
 

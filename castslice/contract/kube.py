@@ -7,7 +7,7 @@ is lost.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 class ResourceRequirements(TypedDict, total=False):
@@ -15,6 +15,10 @@ class ResourceRequirements(TypedDict, total=False):
     limits: dict[str, Any] | None
     # DRA: the Pod's claims this container uses (a Pod with any is left to its owner).
     claims: list[Any] | None
+
+
+QuantityField = Literal["requests", "limits"]
+QUANTITY_FIELDS: tuple[QuantityField, ...] = ("requests", "limits")
 
 
 class Container(TypedDict, total=False):

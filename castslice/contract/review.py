@@ -121,8 +121,13 @@ def decode_review(body: bytes) -> AdmissionRequest:
     object_kind = request.get("kind")
     # The kind's name first: it settles a Pod without building the tuple.
     if object_kind is not None and object_kind.get("kind") in WORKLOAD_KIND_NAMES:
+        # The API server always sends all three; no workload is in the core group "".
         workload = WORKLOADS.get(
-            (object_kind.get("group"), object_kind.get("version"), object_kind.get("kind"))
+            (
+                object_kind.get("group", ""),
+                object_kind.get("version", ""),
+                object_kind.get("kind", ""),
+            )
         )
         if workload is not None and workload.custom_resource:
             return _operator_request(body) or request
@@ -137,10 +142,12 @@ def _workload_request(body: bytes, uid: str, workload: WorkloadKind) -> Admissio
     if any(location.has_wildcards for location in workload.templates):
         return _templated_request(body, uid, workload)
     try:
-        review = _workload_review_decoder.decode(body)
+        request = _workload_review_decoder.decode(body).get("request")
     except msgspec.ValidationError as error:
         raise UnreadableObject(uid, str(error)) from None
-    return review["request"]
+    if request is None:  # the first pass read one: only a changed body lands here
+        raise InvalidReview("the AdmissionReview has no request")
+    return request
 
 
 # Any object, as it came: the templates in it are typed in place afterwards.
@@ -186,9 +193,11 @@ def _operator_request(body: bytes) -> AdmissionRequest[OperatorResource] | None:
         return None
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         return None
-    request = review.get("request") or {}
+    request = review.get("request")
+    if request is None:
+        return None
     kind = request.get("kind") or {}
-    workload = WORKLOADS.get((kind.get("group"), kind.get("version"), kind.get("kind")))
+    workload = WORKLOADS.get((kind.get("group", ""), kind.get("version", ""), kind.get("kind", "")))
     if not request.get("uid") or workload is None or not workload.custom_resource:
         return None
     return request

@@ -36,7 +36,7 @@ class PodDecision:
         # A placement depends on the slice count alone: worked out once per count.
         self._place = functools.lru_cache(maxsize=64)(self.backend.place)
 
-    def review(self, request: AdmissionRequest) -> Outcome:
+    def review(self, request: AdmissionRequest[Pod]) -> Outcome:
         """Never denies; patches only opted-in Pods being created."""
         uid = request["uid"]
         pod: Pod = request.get("object") or {}
@@ -76,12 +76,17 @@ class PodDecision:
                 "no GPU request to rewrite",
                 backend=backend.name,
             )
-        outcome = {"slices": decision.slices, "source": decision.source, "backend": backend.name}
-
         left_alone = backend.left_alone(spec)
         if left_alone:
             warnings.append(clip(f"{left_alone.detail}; castslice left the Pod unchanged"))
-            return Outcome(allowed(uid, warnings), "unchanged", left_alone.reason, **outcome)
+            return Outcome(
+                allowed(uid, warnings),
+                "unchanged",
+                left_alone.reason,
+                slices=decision.slices,
+                source=decision.source,
+                backend=backend.name,
+            )
 
         placement = self._place(decision.slices)
         original: dict[str, str] = {}
@@ -103,8 +108,10 @@ class PodDecision:
         return Outcome(
             patched(uid, operations, warnings, audit),
             "mutated",
+            slices=decision.slices,
+            source=decision.source,
+            backend=backend.name,
             containers_changed=len(containers),
-            **outcome,
         )
 
 

@@ -63,8 +63,8 @@ def resolve_slices(
     if not problems:
         return decision
 
-    fallback = _describe(decision)
-    warnings = tuple(_warning(key, value, why, fallback) for key, value, why in problems)
+    used = _describe(decision)
+    warnings = tuple(_warning(key, value, why, used) for key, value, why in problems)
     return SliceDecision(decision.slices, decision.source, warnings)
 
 

@@ -54,7 +54,7 @@ def is_workload(kind: GroupVersionKind | None) -> bool:
     return kind_of(kind) is not None
 
 
-def templated_pod(template: Mapping[str, Any]) -> Pod:
+def templated_pod(template: PodTemplateSpec) -> Pod:
     """The Pod a controller would create from `template`, before admission."""
     # Always with metadata: a created Pod has some, and the patch adds to it.
     return {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}

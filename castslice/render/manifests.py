@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 
@@ -43,7 +43,11 @@ class Document(NamedTuple):
 # 25,000 deep; a file with fewer openings than this cannot nest that deep.
 _MAX_FLOW_OPENINGS_FOR_LIBYAML = 5000
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+if TYPE_CHECKING:
+    # The checker needs a class to derive from; CSafeDumper offers the same methods.
+    _SafeDumper = yaml.SafeDumper
+else:
+    _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _without_timestamps(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:

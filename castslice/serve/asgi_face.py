@@ -45,7 +45,7 @@ def _body_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, int | None]:
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
     """The whole body, or None once it grows past `limit` (a chunked body declares no length)."""
-    chunks = []
+    chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()

@@ -17,6 +17,7 @@ from http import HTTPStatus
 from typing import IO, Any
 
 import flask
+import werkzeug
 
 from castslice.contract.review import encode_json
 from castslice.serve.core import JSON, MAX_BODY_BYTES, Reply, Webhook
@@ -123,7 +124,7 @@ def _read_bounded(stream: IO[bytes], limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def serve_flask(webhook: Webhook, request: flask.Request) -> flask.Response:
+def serve_flask(webhook: Webhook, request: flask.Request) -> werkzeug.Response:
     """A Flask view's answer, where functions-framework reaches one (see answer_first)."""
     return flask.Response.from_app(
         lambda environ, start_response: serve_wsgi(webhook, environ, start_response),

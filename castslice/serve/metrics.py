@@ -1,9 +1,11 @@
 """Prometheus metrics for a cluster's own Prometheus, on with `CASTSLICE_METRICS=true`.
 
-Each answered review is counted from its log record, so the counts and the log
-lines cannot disagree. prometheus_client serves them over plain HTTP on
-CASTSLICE_METRICS_PORT (9090 by default), a port of their own: the webhook's port
-answers every path itself, `/metrics` included. Cloud Run and Knative refuse the
+Every answer is counted from its log record, so the counts and the log lines
+cannot disagree: decided reviews, and the answers that carry no decision (failed
+open, refused, an internal error; castslice/serve/core.py lists their reasons).
+prometheus_client serves them over plain HTTP on CASTSLICE_METRICS_PORT (9090 by
+default), a port of their own: the webhook's port answers every path itself, `/metrics`
+included. Cloud Run and Knative refuse the
 setting at start (castslice/settings/config.py): their URL is public, and the log-based
 metrics are the ones to use there.
 
@@ -30,15 +32,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from gunicorn.arbiter import Arbiter
 from prometheus_client import Counter, Histogram, start_http_server
 
+from castslice.serve.core import AnswerRecord, AnyRecord
 from castslice.serve.log import write_log, write_record
-
-if TYPE_CHECKING:
-    from castslice.serve.core import ReviewRecord
 
 # Every address of the Pod, as the webhook's own port (castslice/serve/tls.py).
 ADDRESS = "0.0.0.0"
@@ -52,7 +51,8 @@ DURATION_BUCKETS = (
 
 REQUESTS = Counter(
     "castslice_admission_requests",
-    "AdmissionReviews answered, by decision, reason, slice source and backend.",
+    "Requests answered, by decision (failed-open, refused and error for those not decided), "
+    "reason, slice source and backend.",
     ("decision", "reason", "source", "backend"),
 )
 REVIEW_DURATION = Histogram(
@@ -61,7 +61,7 @@ REVIEW_DURATION = Histogram(
     buckets=DURATION_BUCKETS,
 )
 
-ReviewLog = Callable[["ReviewRecord"], None]
+ReviewLog = Callable[[AnyRecord], None]
 
 
 def serve_metrics(port: int, write: ReviewLog = write_record) -> ReviewLog:
@@ -78,15 +78,22 @@ def serve_metrics(port: int, write: ReviewLog = write_record) -> ReviewLog:
 
     os.register_at_fork(after_in_child=start_in_worker)
 
-    def count_and_write(record: ReviewRecord) -> None:
-        count_review(record)
-        write(record)
+    def count_and_write(record: AnyRecord) -> None:
+        try:
+            count_review(record)
+        finally:
+            # A count that raised still leaves the line, and the core hears of it.
+            write(record)
 
     return count_and_write
 
 
-def count_review(record: ReviewRecord) -> None:
-    """Count one answered review; labels left as None in the record are empty."""
+def count_review(record: AnyRecord) -> None:
+    """Count one answer; labels left as None in the record are empty. Only a decided review
+    has a duration, and a slice source and backend."""
+    if isinstance(record, AnswerRecord):
+        REQUESTS.labels(record.decision, record.reason, "", "").inc()
+        return
     REQUESTS.labels(
         record.decision, record.reason or "", record.source or "", record.backend or ""
     ).inc()

@@ -64,6 +64,8 @@ MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 _log = logging.getLogger("gunicorn.error")
 
 ContextFactory = Callable[[], ssl.SSLContext]
+# uvicorn's Config takes either for its certificate and key files.
+FilePath = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,13 @@ class _Stamp:
     modified_ns: int
 
     @classmethod
-    def of(cls, path: str) -> _Stamp:
+    def of(cls, path: FilePath) -> _Stamp:
         # stat() follows symlinks, so the kubelet's flip of `..data` shows as a new inode.
         status = os.stat(path)
         return cls(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
-def _stamps(certfile: str, keyfile: str | None) -> tuple[_Stamp, ...] | None:
+def _stamps(certfile: FilePath | None, keyfile: FilePath | None) -> tuple[_Stamp, ...] | None:
     """The stamps of the certificate and key files, or None while one cannot be read."""
     try:
         return tuple(_Stamp.of(path) for path in (certfile, keyfile) if path)
@@ -105,7 +107,9 @@ class ReloadingContext:
         self._loaded: tuple[_Stamp, ...] | None = None
         self._rejected: tuple[_Stamp, ...] | None = None
 
-    def get(self, certfile: str, keyfile: str | None, factory: ContextFactory) -> ssl.SSLContext:
+    def get(
+        self, certfile: FilePath | None, keyfile: FilePath | None, factory: ContextFactory
+    ) -> ssl.SSLContext:
         with self._lock:
             stamps = _stamps(certfile, keyfile)
             if self._context is not None and stamps in (None, self._loaded, self._rejected):

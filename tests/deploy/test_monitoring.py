@@ -61,6 +61,9 @@ class Sample:
     decision: str | None = None
     source: str = ""
     reason: str = ""
+    method: str = "POST"
+    content_type: str = "application/json"
+    expected_status: int = 200
     # Filled in from the answer.
     status: int = 0
     warnings: int = 0
@@ -97,11 +100,18 @@ SAMPLES = [
            review(make_pod(opted_in(), containers=[gpu_container("a"), gpu_container("b")]),
                   "uid-two"),
            decision="mutated", source="default"),
-    Sample("unreadable Pod", review(unreadable_pod(), "uid-unreadable"), kind="failed"),
-    Sample("not JSON", "{not json", kind="refused"),
-    Sample("not a review", json.dumps({"apiVersion": "v1", "kind": "Pod"}), kind="refused"),
+    Sample("unreadable Pod", review(unreadable_pod(), "uid-unreadable"), kind="failed",
+           decision="failed-open", reason="unreadable object"),
+    Sample("not JSON", "{not json", kind="refused", decision="refused",
+           reason="not an AdmissionReview", expected_status=400),
+    Sample("not a review", json.dumps({"apiVersion": "v1", "kind": "Pod"}), kind="refused",
+           decision="refused", reason="not an AdmissionReview", expected_status=400),
     Sample("wrong path", review(make_pod(opted_in()), "uid-wrong-path"), path="/guessed",
-           kind="refused"),
+           kind="refused", decision="refused", reason="wrong path", expected_status=404),
+    Sample("text content", review(make_pod(opted_in()), "uid-text"), content_type="text/plain",
+           kind="refused", decision="refused", reason="not JSON", expected_status=415),
+    Sample("PUT", review(make_pod(opted_in()), "uid-put"), method="PUT",
+           kind="refused", decision="refused", reason="method not allowed", expected_status=405),
 ]  # fmt: skip
 
 
@@ -125,7 +135,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
 
 
 def answer(server: Served, sample: Sample) -> None:
-    status, _, body = server.request("POST", sample.path, sample.body)
+    status, _, body = server.request(sample.method, sample.path, sample.body, sample.content_type)
     sample.status = status
     if status == 200:
         sample.warnings = len(json.loads(body)["response"].get("warnings", []))
@@ -162,10 +172,12 @@ def names(samples: list[Sample], keep: Callable[[Sample], bool]) -> list[str]:
 
 def test_each_request_is_answered_as_expected_and_logged_once(samples: list[Sample]) -> None:
     for sample in samples:
-        expected = 200 if sample.kind != "refused" else (404 if sample.path != REVIEW_PATH else 400)
-        assert sample.status == expected, sample.name
+        assert sample.status == sample.expected_status, sample.name
         severity = {"review": "INFO", "failed": "ERROR", "refused": "WARNING"}[sample.kind]
         assert sample.entry["severity"] == severity, (sample.name, sample.entry)
+        # Every answer says in fields of its own what it was, and why.
+        assert sample.entry["jsonPayload"]["decision"] == sample.decision, sample.name
+        assert sample.entry["jsonPayload"].get("reason", "") == sample.reason, sample.name
     assert [sample.warnings > 0 for sample in samples] == [
         sample.name in ("bad ratio", "no GPU, bad type", "unreadable Pod") for sample in samples
     ]
@@ -227,8 +239,18 @@ def test_the_warnings_metric_counts_the_reviews_answered_with_warnings(
 def test_failed_open_reviews_and_errors_count_the_review_that_failed(
     metrics: dict[str, Any], samples: list[Sample]
 ) -> None:
-    assert selected(metrics["failed_open_reviews"], samples) == ["unreadable Pod"]
+    failed_open = metrics["failed_open_reviews"]
+    assert selected(failed_open, samples) == ["unreadable Pod"]
     assert selected(metrics["errors"], samples) == ["unreadable Pod"]
+    (unreadable,) = (sample for sample in samples if sample.kind == "failed")
+    assert label(failed_open["labels"]["reason"], unreadable.entry) == "unreadable object"
+
+
+@pytest.mark.terraform
+def test_no_metric_reads_the_message_text(metrics: dict[str, Any]) -> None:
+    # The message is for people and may be reworded; what a metric counts is in fields.
+    for name, metric in metrics.items():
+        assert "jsonPayload.message" not in metric["filter"], name
 
 
 @pytest.mark.terraform
@@ -240,6 +262,7 @@ def test_refused_requests_are_counted_with_their_http_status(
     for sample in samples:
         if sample.kind == "refused":
             assert label(refused["labels"]["status"], sample.entry) == str(sample.status)
+            assert label(refused["labels"]["reason"], sample.entry) == sample.reason
 
 
 @pytest.mark.terraform

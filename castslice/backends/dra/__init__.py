@@ -33,7 +33,7 @@ from castslice.backends.dra.claim_templates import (
 from castslice.backends.dra.gpu_view import read_device_view
 from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import CONTAINER_LISTS
-from castslice.contract.kube import PodSpec
+from castslice.contract.kube import QUANTITY_FIELDS, PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointer_token
 
 # Pod-level claim names, one per GPU container in the Pod's order.
@@ -115,7 +115,7 @@ class DraBackend(Backend):
         ]
         for container, claim in zip(containers, names, strict=True):
             resources = container.resources
-            for field in ("requests", "limits"):
+            for field in QUANTITY_FIELDS:
                 if self.config.gpu_resource in (resources.get(field) or {}):
                     path = f"{container.path}/resources/{field}/{gpu_token}"
                     operations.append({"op": "remove", "path": path})

@@ -102,7 +102,7 @@ def assess_devices(
             f"publish {per_gpu} {config.dra_capacity} per device or set "
             "CASTSLICE_SLICES_PER_GPU to what the devices publish",
         )
-    if smaller_memory:
+    if smaller_memory and config.dra_gpu_memory is not None:
         return warning(
             CHECK,
             f"{message}; some publish memory {', '.join(sorted(smaller_memory))}, less than "

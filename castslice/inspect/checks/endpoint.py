@@ -77,7 +77,7 @@ def health_version(status: int, body: bytes) -> str:
 
 
 def _check_one(cluster: Cluster, client_config: Manifest) -> Result:
-    service = client_config.get("service")
+    service = client_config.get("service") or {}
     if service:
         where = f"Service {service.get('namespace')}/{service.get('name')}"
         fix = (

@@ -7,6 +7,8 @@ own answers, asked at render time; only the arithmetic choosing between them
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from castslice.backends import Placement, backend_for
 from castslice.decision.slices import share_text
 from castslice.render import cel
@@ -151,6 +153,6 @@ def whole_share(gpus: Expr) -> Expr:
     return f"string({gpus}) + {string(' GPU')} + {plural}"
 
 
-def _int_keyed(table: dict[int, object]) -> Expr:
+def _int_keyed(table: Mapping[int, object]) -> Expr:
     # Empty when no degree can be chosen: `degree` is then always 0 and never looked up.
     return "{" + ", ".join(f"{key}: {literal(value)}" for key, value in table.items()) + "}"
