@@ -64,6 +64,7 @@ CASTSLICE_METRICS: {{ .Values.metrics.enabled | quote }}
 {{- if .Values.metrics.enabled }}
 CASTSLICE_METRICS_PORT: {{ .Values.metrics.port | int | toString | quote }}
 {{- end }}
+CASTSLICE_STRICT_SETTINGS: {{ .Values.strictSettings | quote }}
 {{- end -}}
 
 {{/* The policy the Pods read (CASTSLICE_POLICY_FILE), as the ConfigMap holds it. */}}
