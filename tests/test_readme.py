@@ -136,3 +136,42 @@ def test_preview_example_prints_what_the_readme_shows() -> None:
         check=True,
     )
     assert printed.stdout + printed.stderr == shown
+
+
+# The Kubernetes the dra backend needs, said once for every page: consumable capacity
+# (KEP-5075) is beta and on by default in 1.36, GA in 1.37; the DeviceTaintRule every dra
+# installation needs (KEP-5055) is GA in 1.37 and a beta API behind DRADeviceTaintRules
+# in 1.36.
+DRA_KUBERNETES = "Kubernetes 1.37+ (1.36 with the `DRADeviceTaintRules` gate)"
+
+
+def _row(page: Path, starts: str, contains: str) -> str:
+    (row,) = [
+        line
+        for line in page.read_text().splitlines()
+        if line.startswith(starts) and contains in line
+    ]
+    return row
+
+
+def _dra_statements() -> dict[str, str]:
+    backends = (ROOT / "docs" / "backends.md").read_text()
+    section = backends.split("\n## `dra`\n", 1)[1].strip().split("\n\n")[0]
+    return {
+        "README.md (backends)": _row(ROOT / "README.md", "| Kubernetes", "| `dra`"),
+        "README.md (versions)": _row(ROOT / "README.md", "| NVIDIA DRA driver", "`dra`"),
+        "infra/gpu-sharing/README.md": _row(
+            ROOT / "infra" / "gpu-sharing" / "README.md", "| Kubernetes", "| `dra`"
+        ),
+        "docs/backends.md": section,
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_dra_statements()))
+def test_every_page_states_the_same_kubernetes_for_dra_with_its_device_taint_rule(
+    where: str,
+) -> None:
+    statement = " ".join(_dra_statements()[where].split())
+    assert DRA_KUBERNETES in statement, f"{where}: {statement}"
+    assert set(re.findall(r"Kubernetes 1\.\d+\+", statement)) == {"Kubernetes 1.37+"}, where
+    assert "DeviceTaintRule" in statement, f"{where} omits the DeviceTaintRule"

@@ -39,7 +39,7 @@ def test_the_server_says_where_it_listens_and_with_what_before_any_review(
         port = served.port
     assert started == {
         "severity": "INFO",
-        "message": "castslice serving",
+        "message": "castslice starting",
         "listening": [f"http://127.0.0.1:{port}"],
         "version": __version__,
         "backend": "gke",

@@ -25,7 +25,7 @@ _DEFAULT_PORT = "8080"
 
 def announce(config: Config, environ: Mapping[str, str], listening: Sequence[str]) -> None:
     """One INFO line with the effective settings; one WARNING line naming unknown settings."""
-    write_log("INFO", "castslice serving", listening=list(listening), **settings_fields(config))
+    write_log("INFO", "castslice starting", listening=list(listening), **settings_fields(config))
     unknown = unknown_settings(environ)
     if unknown:
         write_log(

@@ -385,5 +385,5 @@ def test_the_chart_is_packaged_with_the_image_version_and_pushed_next_to_it(
     (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
     image = (chart_step["root"] / "image").read_text().strip()
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
-    # The repository's own chart is untouched.
-    assert "my-project" in (ROOT / "charts" / "castslice" / "values.yaml").read_text()
+    # The repository's own chart is untouched: it names no image.
+    assert '  repository: ""\n' in (ROOT / "charts" / "castslice" / "values.yaml").read_text()

@@ -351,7 +351,7 @@ def test_gunicorn_says_where_it_listens_once_bound(tmp_path: Path) -> None:
         lines = [json.loads(line) for line in run.request_log.read_text().splitlines()]
         port = run.port
     started, warned = lines
-    assert started["message"] == "castslice serving"
+    assert started["message"] == "castslice starting"
     assert started["listening"] == [f"https://127.0.0.1:{port}"]
     assert started["backend"] == "nvidia"
     assert started["sharedResource"] == "nvidia.com/gpu.shared"

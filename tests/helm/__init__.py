@@ -73,9 +73,19 @@ def run_helm(
     return result
 
 
+# The chart requires image.repository (it names no image of its own); a test that does not
+# choose one renders this one.
+SAMPLE_REPOSITORY = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice"
+
+
 def values_file(directory: Path, values: Mapping[str, Any], name: str = "values.yaml") -> Path:
+    """`values` as a file, with the sample image.repository unless `values` sets the key."""
+    chosen = dict(values)
+    image = chosen.get("image", {})
+    if "repository" not in image:
+        chosen["image"] = {"repository": SAMPLE_REPOSITORY, **image}
     path = directory / name
-    path.write_text(yaml.safe_dump(dict(values), sort_keys=False))
+    path.write_text(yaml.safe_dump(chosen, sort_keys=False))
     return path
 
 
