@@ -38,6 +38,6 @@ EXPOSE 8080
 
 # functions-framework's ASGI server (uvicorn's worker under gunicorn): an `aio` target is
 # served by it with no other flag, the command `gcloud run deploy --source .
-# --function=mutate_asgi` runs too. A third to a half of the CPU per review of the Flask
+# --function=mutate_asgi` runs too. About two thirds of the CPU per review of the Flask
 # server's target `mutate` (docs/performance.md#the-two-servers).
 CMD ["functions-framework", "--target=mutate_asgi", "--source=main.py"]

@@ -175,3 +175,63 @@ def test_every_page_states_the_same_kubernetes_for_dra_with_its_device_taint_rul
     assert DRA_KUBERNETES in statement, f"{where}: {statement}"
     assert set(re.findall(r"Kubernetes 1\.\d+\+", statement)) == {"Kubernetes 1.37+"}, where
     assert "DeviceTaintRule" in statement, f"{where} omits the DeviceTaintRule"
+
+
+# Files whose comments send the reader to the docs (`docs/deploy.md#first-install`).
+_POINTING = [
+    ROOT / "Dockerfile",
+    ROOT / "cloudbuild.yaml",
+    ROOT / "charts" / "castslice" / "values.yaml",
+    *sorted((ROOT / "infra").glob("*.tf")),
+    *sorted((ROOT / "infra").glob("*.tfvars")),
+]
+_DOC_POINTER = re.compile(r"\b(docs/[a-z-]+\.md)(?:#([a-z0-9-]+))?")
+
+
+@pytest.mark.parametrize("source", _POINTING, ids=_shown)
+def test_every_docs_pointer_in_a_comment_leads_to_a_page_and_heading(source: Path) -> None:
+    for page, anchor in _DOC_POINTER.findall(source.read_text()):
+        assert (ROOT / page).exists(), f"{_shown(source)}: {page}"
+        if anchor:
+            assert anchor in anchors(ROOT / page), f"{_shown(source)}: {page}#{anchor}"
+
+
+def test_the_tfvars_image_comment_points_where_the_build_command_is() -> None:
+    """infra/example.tfvars once sent the reader to the README for `gcloud builds submit
+    --tag`, which only docs/deploy.md shows."""
+    comment = re.search(r"`gcloud builds submit --tag` \((.*?)\)", (ROOT / "infra" /
+                        "example.tfvars").read_text())  # fmt: skip
+    assert comment, "infra/example.tfvars no longer names the build command"
+    ((page, anchor),) = _DOC_POINTER.findall(comment.group(1))
+    assert "gcloud builds submit" in section(ROOT / page, anchor), f"{page}#{anchor}"
+    assert "--tag=" in section(ROOT / page, anchor), f"{page}#{anchor}"
+
+
+def section(page: Path, anchor: str) -> str:
+    """The text under the heading of `anchor`, up to the next heading."""
+    parts = re.split(r"^(#{1,6}[ \t]+.+?)[ \t]*$", page.read_text(), flags=re.M)
+    for heading, body in zip(parts[1::2], parts[2::2], strict=True):
+        if slug(heading.lstrip("#")) == anchor:
+            return body
+    return ""
+
+
+# What the ASGI server costs against the Flask one, said once for every place that says it.
+ASGI_CPU = "about two thirds"
+
+
+def test_every_statement_of_the_asgi_servers_cpu_agrees_with_the_measurement() -> None:
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    measured = re.search(
+        r"\(([\d.]+), ([\d.]+) and ([\d.]+) ms per review against ([\d.]+), ([\d.]+) and "
+        r"([\d.]+) ms",
+        " ".join(performance.split()),
+    )
+    assert measured, "docs/performance.md no longer gives the two servers' CPU per review"
+    asgi, flask = (list(map(float, measured.groups()[i : i + 3])) for i in (0, 3))
+    # "About two thirds": each body's ratio within a sixth of it.
+    assert all(abs(a / f - 2 / 3) <= 1 / 6 for a, f in zip(asgi, flask, strict=True))
+    for page in ("Dockerfile", "README.md", "docs/deploy.md", "docs/performance.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        assert ASGI_CPU in text.lower(), page
+        assert "a third to a half" not in text.lower(), page
