@@ -235,3 +235,15 @@ def test_every_statement_of_the_asgi_servers_cpu_agrees_with_the_measurement() -
         text = " ".join((ROOT / page).read_text().split())
         assert ASGI_CPU in text.lower(), page
         assert "a third to a half" not in text.lower(), page
+
+
+def test_development_says_what_make_unit_does_first() -> None:
+    """docs/development.md once said `make unit` only creates .venv; it also builds helm."""
+    makefile = (ROOT / "Makefile").read_text()
+    prerequisites = re.search(r"^unit: (.*)$", makefile, re.M)
+    assert prerequisites, "the Makefile has no unit target"
+    assert prerequisites.group(1).split() == ["$(VENV)/.installed", "helm"]
+    development = " ".join((ROOT / "docs" / "development.md").read_text().split())
+    said = development.split("`make unit` also", 1)
+    assert len(said) == 2, "docs/development.md no longer says what `make unit` does first"
+    assert said[1].split(".")[0].startswith(" builds helm for the chart tests")
