@@ -71,3 +71,28 @@ CASTSLICE_STRICT_SETTINGS: {{ .Values.strictSettings | quote }}
 {{- define "castslice.policyText" -}}
 {{- .Values.policy | default "rules: []\n" -}}
 {{- end -}}
+
+{{/* The image: no default, so that no release rolls onto an image that does not exist. */}}
+{{- define "castslice.imageRepository" -}}
+{{- required "image.repository: the image to run, REGISTRY/castslice (--set image.repository=REGISTRY/castslice --set image.tag=TAG); the chart Cloud Build pushes sets it" .Values.image.repository -}}
+{{- end -}}
+
+{{/* The report exporter's objects: <fullname>-report. */}}
+{{- define "castslice.reportName" -}}
+{{- printf "%s-report" (include "castslice.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Not the webhook's selector labels: the webhook's Service must never reach these Pods. */}}
+{{- define "castslice.reportSelectorLabels" -}}
+app.kubernetes.io/name: castslice-report
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "castslice.reportLabels" -}}
+{{ include "castslice.reportSelectorLabels" . }}
+app.kubernetes.io/component: report-exporter
+app.kubernetes.io/part-of: castslice
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
