@@ -206,3 +206,21 @@ def cert_manager_crds() -> list[Path]:
     if not crds:
         raise GoModuleUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
     return crds
+
+
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION_FILE = Path(__file__).with_name("prometheus-operator.version")
+
+
+def pod_monitor_crd() -> dict[str, Any]:
+    """prometheus-operator's PodMonitor CRD (monitoring.coreos.com/v1), verbatim from its
+    release module (prometheus-operator.version): example/prometheus-operator-crd/."""
+    version = PROMETHEUS_OPERATOR_VERSION_FILE.read_text().strip()
+    directory = go_module_dir(PROMETHEUS_OPERATOR_MODULE, version)
+    path = (
+        directory / "example" / "prometheus-operator-crd" / "monitoring.coreos.com_podmonitors.yaml"
+    )
+    if not path.is_file():
+        raise GoModuleUnavailable(f"{PROMETHEUS_OPERATOR_MODULE}@{version} has no {path.name}")
+    crd: dict[str, Any] = yaml.safe_load(path.read_text())
+    return crd
