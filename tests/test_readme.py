@@ -159,7 +159,9 @@ def _dra_statements() -> dict[str, str]:
     section = backends.split("\n## `dra`\n", 1)[1].strip().split("\n\n")[0]
     return {
         "README.md (backends)": _row(ROOT / "README.md", "| Kubernetes", "| `dra`"),
-        "README.md (versions)": _row(ROOT / "README.md", "| NVIDIA DRA driver", "`dra`"),
+        "docs/deploy.md (versions)": _row(
+            ROOT / "docs" / "deploy.md", "| NVIDIA DRA driver", "`dra`"
+        ),
         "infra/gpu-sharing/README.md": _row(
             ROOT / "infra" / "gpu-sharing" / "README.md", "| Kubernetes", "| `dra`"
         ),
@@ -247,3 +249,9 @@ def test_development_says_what_make_unit_does_first() -> None:
     said = development.split("`make unit` also", 1)
     assert len(said) == 2, "docs/development.md no longer says what `make unit` does first"
     assert said[1].split(".")[0].startswith(" builds helm for the chart tests")
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """What CastSlice is, how to start, the annotations, the backends and the links: the
+    rest is in docs/."""
+    assert len(README.splitlines()) <= 300
