@@ -12,7 +12,6 @@ Deployment.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -36,12 +35,12 @@ from tests.helm import (
     values_file,
 )
 
-from ..procs import free_port, wait_until
+from ..procs import free_port
 from .conftest import missing
 from .kubectl import Kubectl
 from .nodes import Pool, create_nodes, delete_nodes
-from .test_report import scrape
-from .tools import REPO_ROOT, MissingTool
+from .test_report import run_exporter
+from .tools import MissingTool
 
 RELEASE = "gpu-share"
 FULLNAME = "gpu-share-castslice"
@@ -53,19 +52,26 @@ _SERVER_METADATA = (
 _POLICY = "rules: [{name: research, namespaces: [research], optimize: true, workloadType: dev}]\n"
 
 
-@pytest.fixture(scope="module")
-def cert_manager(kubectl_user: Kubectl) -> None:
-    """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
+def serve_crds(kubectl_user: Kubectl, load: Callable[[], list[dict[str, Any]]]) -> None:
+    """CRDs from their release modules, served and established; missing Go is a missing tool."""
     try:
-        crds = cert_manager_crds()
+        crds = load()
     except GoModuleUnavailable as error:
         missing(MissingTool(str(error)))
     for crd in crds:
-        kubectl_user.run("apply", "--server-side", "-f", str(crd))
+        kubectl_user.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
     kubectl_user.run(
         "wait", "--for=condition=Established", "--timeout=60s",
-        *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds),
+        *(f"crd/{crd['metadata']['name']}" for crd in crds),
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cert_manager(kubectl_user: Kubectl) -> None:
+    """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
+    serve_crds(
+        kubectl_user, lambda: [yaml.safe_load(path.read_text()) for path in cert_manager_crds()]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -394,14 +400,7 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
 @pytest.fixture(scope="module")
 def pod_monitors(kubectl_user: Kubectl) -> None:
     """prometheus-operator's PodMonitor CRD, so that the API server checks the chart's."""
-    try:
-        crd = pod_monitor_crd()
-    except GoModuleUnavailable as error:
-        missing(MissingTool(str(error)))
-    kubectl_user.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
-    kubectl_user.run(
-        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
-    )
+    serve_crds(kubectl_user, lambda: [pod_monitor_crd()])
 
 
 def token_kubeconfig(kubectl_user: Kubectl, account: str, namespace: str, path: Path) -> Path:
@@ -459,18 +458,7 @@ def test_the_report_exporter_installs_and_reads_the_cluster_with_its_own_rights_
     argv = [sys.executable, *command[1:], "--kubeconfig", str(kubeconfig)]
     argv[argv.index("--serve") + 1] = str(port)
     argv[argv.index("--address") + 1] = "127.0.0.1"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
-    process = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**environ, **settings},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        samples = wait_until(
-            lambda: scrape(port), timeout=30, what="the exporter to answer", interval=0.2
-        )
-    finally:
-        process.terminate()
-        stdout, stderr = process.communicate(timeout=30)
+    samples, stdout, stderr = run_exporter(argv, settings, port)
     assert "Traceback" not in stderr and "cannot read" not in stderr, stderr
     assert stdout.startswith("castslice report: serving the saving as Prometheus metrics on ")
     assert samples[("castslice_report_up", None)] == 1
