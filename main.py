@@ -8,6 +8,7 @@ needs another flag. Both answer through the same core (castslice/serve/core.py).
 """
 
 import os
+import sys
 
 import flask
 import functions_framework
@@ -20,6 +21,7 @@ from castslice.environment import load_config
 from castslice.serve.asgi_face import serve_asgi
 from castslice.serve.core import Webhook
 from castslice.serve.flask_face import answer_first, not_found_page, serve_flask
+from castslice.serve.start import announce, functions_framework_address
 from castslice.settings.config import ConfigError
 
 try:
@@ -33,6 +35,12 @@ try:
         _webhook = Webhook(_config)
 except ConfigError as error:
     raise SystemExit(f"castslice: invalid configuration: {error}") from None
+
+# functions-framework's command imports this file before it binds: the line is written now,
+# with the address it binds next. gunicorn under castslice/serve/tls.py writes it once bound.
+_address = functions_framework_address(sys.argv, os.environ)
+if _address is not None:
+    announce(_config, os.environ, [_address])
 
 
 @functions_framework.aio.http

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import ipaddress
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from castslice.backends import BACKENDS, backend_class
 from castslice.settings.config import (
@@ -26,6 +30,8 @@ from castslice.settings.table import (
     BACKEND,
     GPU_RESOURCE,
     MAX_SLICE_RATIO,
+    SETTINGS,
+    STRICT_SETTINGS,
     Kind,
     Setting,
     environment_text,
@@ -36,9 +42,108 @@ from castslice.settings.table import (
 _SERVERLESS_VARIABLES = ("K_SERVICE", "K_CONFIGURATION", "K_REVISION", "CLOUD_RUN_JOB")
 
 
+PREFIX = "CASTSLICE_"
+# The project's own variables that are no settings: the test suite's and the release
+# build's (docs/development.md). The application never reads them, so they are never
+# taken for a misspelt setting. A new one belongs under CASTSLICE_E2E_ or in this list.
+DEVELOPMENT_VARIABLES = (
+    "CASTSLICE_E2E_*",
+    "CASTSLICE_UPDATE_GOLDEN",
+    "CASTSLICE_FUZZ_EXAMPLES",
+    "CASTSLICE_KUBE_CACHE",
+    "CASTSLICE_HELM_CACHE",
+    "CASTSLICE_CLOUD_BUILD_STEP",
+)
+KNOWN_SETTINGS = tuple(entry.variable for entry in SETTINGS if entry.in_environment)
+# What the kubelet sets for each Service in a Pod's namespace (enableServiceLinks, on by
+# default): a Service named castslice-report gives the names <PREFIX>REPORT_SERVICE_HOST and
+# <PREFIX>REPORT_PORT=tcp://10.0.0.7:9100. Such a name is passed over only when its value
+# has the kubelet's form too, so CASTSLICE_METRIC_PORT=9191 is still a misspelling.
+_SERVICE_LINK = re.compile(
+    r"_(?:(?P<host>SERVICE_HOST)|(?P<port>SERVICE_PORT(?:_[A-Z0-9_]+)?)"
+    r"|(?P<url>PORT(?:_[0-9]+_(?:TCP|UDP|SCTP))?)|(?P<number>PORT_[0-9]+_(?:TCP|UDP|SCTP)_PORT)"
+    r"|(?P<proto>PORT_[0-9]+_(?:TCP|UDP|SCTP)_PROTO)|(?P<address>PORT_[0-9]+_(?:TCP|UDP|SCTP)_ADDR))$"
+)
+
+
+class UnknownSetting(NamedTuple):
+    """A CASTSLICE_* name in the environment that is no setting, and the setting nearest it."""
+
+    name: str
+    closest: str | None
+
+    @property
+    def hint(self) -> str:
+        if self.closest is None:
+            return "no setting is close; docs/configuration.md lists them"
+        return f"did you mean {self.closest}?"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint})"
+
+
+def unknown_settings(environ: Mapping[str, str]) -> tuple[UnknownSetting, ...]:
+    """Every CASTSLICE_* name the application would ignore: a misspelt or retired setting.
+
+    The variable's value is never looked at, except to tell a Service link the kubelet
+    set from a setting someone wrote.
+    """
+    unknown = []
+    for name in sorted(environ):
+        if not name.startswith(PREFIX) or name in KNOWN_SETTINGS:
+            continue
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in DEVELOPMENT_VARIABLES):
+            continue
+        if _is_service_link(name, environ[name]):
+            continue
+        unknown.append(UnknownSetting(name, _closest(name)))
+    return tuple(unknown)
+
+
+def _closest(name: str) -> str | None:
+    # Compared without the prefix every name shares, which would make any two look alike.
+    suffixes = {known.removeprefix(PREFIX): known for known in KNOWN_SETTINGS}
+    match = difflib.get_close_matches(name.removeprefix(PREFIX), suffixes, n=1, cutoff=0.6)
+    return suffixes[match[0]] if match else None
+
+
+def _is_service_link(name: str, value: str) -> bool:
+    shape = _SERVICE_LINK.search(name)
+    if shape is None:
+        return False
+    kind = shape.lastgroup
+    if kind in ("host", "address"):
+        return _is_ip_address(value)
+    if kind in ("port", "number"):
+        return value.isascii() and value.isdigit()
+    if kind == "proto":
+        return value in ("tcp", "udp", "sctp")
+    scheme, separator, rest = value.partition("://")
+    return bool(separator) and scheme in ("tcp", "udp", "sctp") and ":" in rest
+
+
+def _is_ip_address(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
 def load_config(environ: Mapping[str, str]) -> Config:
-    """Build the configuration from CASTSLICE_* variables; raise ConfigError on any bad value."""
+    """Build the configuration from CASTSLICE_* variables; raise ConfigError on any bad value.
+
+    A CASTSLICE_* name that is no setting is ignored here (its callers warn of it, see
+    unknown_settings), or refused under CASTSLICE_STRICT_SETTINGS=true.
+    """
     read = _Reader(environ)
+    if read(STRICT_SETTINGS):
+        unknown = unknown_settings(environ)
+        if unknown:
+            raise ConfigError(
+                f"{STRICT_SETTINGS}=true refuses names that are not settings: "
+                + "; ".join(str(name) for name in unknown)
+            )
     backend = read(BACKEND)
     gpu = read(GPU_RESOURCE)
     shared = read("CASTSLICE_SHARED_RESOURCE", backend_class(backend).default_shared_resource(gpu))
@@ -49,7 +154,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         )
     max_ratio = read(MAX_SLICE_RATIO)
     presets = read("CASTSLICE_PRESETS")
-    return Config(
+    config = Config(
         shared_resource=shared,
         gpu_resource=gpu,
         presets=presets,
@@ -67,6 +172,9 @@ def load_config(environ: Mapping[str, str]) -> Config:
         dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
         dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
     )
+    if config.metrics:
+        _refuse_on_serverless(environ)
+    return config
 
 
 _FROM_TABLE = object()
@@ -99,9 +207,6 @@ class _Reader:
             return self.read[bound] if bound in self.read else self(bound)
         assert bound is not None, entry.variable
         return bound
-
-    def environ_has(self, name: str) -> bool:
-        return name in self.environ
 
 
 def _value(environ: Mapping[str, str], name: str) -> str | None:
@@ -209,22 +314,22 @@ def _path_token(read: _Reader, entry: Setting, value: str) -> str:
     return value
 
 
-def _metrics(read: _Reader, entry: Setting, value: str) -> bool:
-    name = entry.variable
+def _boolean(read: _Reader, entry: Setting, value: str) -> bool:
     if value.strip().lower() == "false":
         return False
     if value.strip().lower() != "true":
-        raise ConfigError(f"{name}={value!r} must be true or false")
-    platform = next(
-        (variable for variable in _SERVERLESS_VARIABLES if read.environ_has(variable)), None
-    )
+        raise ConfigError(f"{entry.variable}={value!r} must be true or false")
+    return True
+
+
+def _refuse_on_serverless(environ: Mapping[str, str]) -> None:
+    platform = next((variable for variable in _SERVERLESS_VARIABLES if variable in environ), None)
     if platform is not None:
         raise ConfigError(
-            f"{name}=true is refused on Cloud Run and Knative ({platform} is set): the "
-            "service's URL is public there and Prometheus metrics are for a cluster's own "
+            f"CASTSLICE_METRICS=true is refused on Cloud Run and Knative ({platform} is set): "
+            "the service's URL is public there and Prometheus metrics are for a cluster's own "
             "Prometheus; use the log-based metrics instead"
         )
-    return True
 
 
 def _device_class(read: _Reader, entry: Setting, value: str) -> str:
@@ -282,7 +387,7 @@ _PARSERS: dict[Kind, Callable[[_Reader, Setting, str], Any]] = {
     Kind.RESOURCE: _extended_resource,
     Kind.PRESETS: _presets,
     Kind.PATH_TOKEN: _path_token,
-    Kind.BOOLEAN: _metrics,
+    Kind.BOOLEAN: _boolean,
     Kind.DNS_SUBDOMAIN: _device_class,
     Kind.CAPACITY: _capacity_name,
     Kind.MEMORY: _gpu_memory,

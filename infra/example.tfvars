@@ -4,7 +4,7 @@ project_id = "my-project"
 region = "europe-west4"
 
 # Pushed by cloudbuild.yaml (tagged with the commit) or by
-# `gcloud builds submit --tag` (see the README).
+# `gcloud builds submit --tag` (docs/deploy.md#first-install).
 image = "castslice:3f2a9c1"
 
 # The cluster that gets the MutatingWebhookConfiguration, and its name there.

@@ -66,9 +66,10 @@ NEEDS_BY_SUBCOMMAND = {
         {"preview", "webhook", "policy", "claim-templates"},
         "a live cluster (castslice doctor)",
     ),
-    # `helm install` runs as a client-side dry run (the shim in helm_shim()): every check
-    # the chart makes (its schema, its templates) without a cluster to send to.
-    "helm": ({"install", "template", "lint"}, "a live cluster (helm)"),
+    # `helm install` and `helm upgrade --install` run as a client-side dry install (the shim
+    # in helm_shim()): every check the chart makes (its schema, its templates) without a
+    # cluster to send to.
+    "helm": ({"install", "upgrade", "template", "lint"}, "a live cluster (helm)"),
     "kubectl": ({"kustomize"}, "a live cluster (kubectl)"),
 }
 OFFLINE = {
@@ -182,6 +183,8 @@ def need(command: str) -> str:
             return "a chart registry (oci://)"
         if program in NEEDS:
             return NEEDS[program]
+        if words[:2] == ["helm", "upgrade"] and "--install" not in words:
+            return "an installed release (helm upgrade)"
         if program in NEEDS_BY_SUBCOMMAND:
             allowed, needed = NEEDS_BY_SUBCOMMAND[program]
             if len(words) < 2 or words[1] not in allowed:
@@ -344,8 +347,23 @@ def helm_shim(bin_dir: Path) -> None:
             pytest.fail(f"CI=true and {error}", pytrace=False)
         pytest.skip(str(error))
     shim = bin_dir / "helm"
+    # `upgrade --install` as the first install it is on a new cluster, without the flags
+    # that only an upgrade reads (the previous release's values): what the chart renders
+    # from the command's own values, as the docs' reader gets it the first time.
     shim.write_text(
-        "#!/bin/sh\n"
+        "#!/bin/bash\n"
+        'if [ "$1" = upgrade ]; then\n'
+        '  [ "$2" = --install ] || { echo "helm upgrade needs --install here" >&2; exit 1; }\n'
+        "  shift 2\n"
+        "  args=()\n"
+        '  for arg in "$@"; do\n'
+        '    case "$arg" in\n'
+        "      --reuse-values|--reset-values|--reset-then-reuse-values) ;;\n"
+        '      *) args+=("$arg") ;;\n'
+        "    esac\n"
+        "  done\n"
+        '  set -- install "${args[@]}"\n'
+        "fi\n"
         f'[ "$1" = install ] && exec "{helm}" "$@" --dry-run=client\n'
         f'exec "{helm}" "$@"\n'
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 
 from castslice.contract.cluster import connection_problem
-from castslice.contract.findings import Result, Status, symbols_for, text_line, to_json
+from castslice.contract.findings import (
+    ASCII_SYMBOLS,
+    SYMBOLS,
+    Result,
+    Status,
+    symbols_for,
+    text_line,
+    to_json,
+)
 from castslice.environment import load_config
 from castslice.inspect.checks import capacity, dry_run, endpoint, fail_open, pending, quotas
 from castslice.inspect.checks import registered_webhook as reg
@@ -600,7 +609,44 @@ def test_an_unusable_kubeconfig_exits_2_without_a_traceback(
     assert "Traceback" not in run.stderr
 
 
+def test_a_kubeconfig_that_does_not_exist_is_named_as_missing(tmp_path: Path) -> None:
+    """Not "Invalid kube-config file. No configuration found.": the file is not there."""
+    missing = tmp_path / "nowhere" / "config"
+    run = doctor(tmp_path=tmp_path, KUBECONFIG=str(missing))
+    assert (run.returncode, run.stdout) == (2, "")
+    assert (
+        run.stderr == f"castslice doctor: cannot use kubeconfig {missing}: there is no such file\n"
+    )
+    # Neither KUBECONFIG nor ~/.kube/config (HOME is tmp_path): where to set one.
+    run = doctor(tmp_path=tmp_path)
+    assert run.stderr == (
+        "castslice doctor: cannot use kubeconfig ~/.kube/config: there is no such file "
+        "(set KUBECONFIG or pass --kubeconfig)\n"
+    )
+    # A list whose first file is missing reads the next, as kubectl does.
+    present = unreachable_kubeconfig(tmp_path)
+    run = doctor(tmp_path=tmp_path, KUBECONFIG=f"{missing}:{present}")
+    assert "cannot use the API server at https://127.0.0.1:1" in run.stderr
+
+
 def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
     run = doctor(tmp_path=tmp_path, CASTSLICE_BACKEND="nvidia-mig")
     assert run.returncode == 2
     assert run.stderr.startswith("castslice: invalid configuration: CASTSLICE_BACKEND=")
+
+
+def test_docs_operate_explains_every_status_a_line_can_start_with() -> None:
+    """docs/operate.md's table of statuses holds each symbol doctor prints (with check marks
+    and in ASCII), its JSON status, and whether it fails the command."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "operate.md").read_text()
+    table = text.split("<!-- doctor-statuses:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    rows = {}
+    for line in table:
+        starts, status, _means, fails = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[status.strip("`")] = (set(re.findall(r"`([^`]+)`", starts)), fails)
+    assert set(rows) == {status.value for status in Status}
+    for status in Status:
+        symbols, fails = rows[status.value]
+        assert symbols == {SYMBOLS[status], ASCII_SYMBOLS[status]}, status
+        failing = not Result("check", status, "message").ok
+        assert fails == ("yes" if failing else "no"), status

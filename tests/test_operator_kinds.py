@@ -486,9 +486,10 @@ def test_the_docs_operator_example_prints_what_they_show() -> None:
     assert printed("-f", "examples/pytorchjob.yaml").stderr == shown_readme
     diffed = printed("--diff", "-f", "examples/pytorchjob.yaml")
     assert diffed.stdout + diffed.stderr == shown_diff
-    # kubectl prints the same warning without the preview's object reference.
+    # kubectl prints the same warning without the preview's object reference (the
+    # kubectl session docs/operators.md shows).
     [warning] = [line for line in shown_readme.splitlines() if line.startswith("Warning: ")]
-    assert f"Warning: {warning.split(': ', 2)[2]}" in readme
+    assert f"Warning: {warning.split(': ', 2)[2]}" in page
 
 
 def test_an_operator_that_does_not_copy_template_annotations_is_said_to_be_out_of_reach(

@@ -136,3 +136,122 @@ def test_preview_example_prints_what_the_readme_shows() -> None:
         check=True,
     )
     assert printed.stdout + printed.stderr == shown
+
+
+# The Kubernetes the dra backend needs, said once for every page: consumable capacity
+# (KEP-5075) is beta and on by default in 1.36, GA in 1.37; the DeviceTaintRule every dra
+# installation needs (KEP-5055) is GA in 1.37 and a beta API behind DRADeviceTaintRules
+# in 1.36.
+DRA_KUBERNETES = "Kubernetes 1.37+ (1.36 with the `DRADeviceTaintRules` gate)"
+
+
+def _row(page: Path, starts: str, contains: str) -> str:
+    (row,) = [
+        line
+        for line in page.read_text().splitlines()
+        if line.startswith(starts) and contains in line
+    ]
+    return row
+
+
+def _dra_statements() -> dict[str, str]:
+    backends = (ROOT / "docs" / "backends.md").read_text()
+    section = backends.split("\n## `dra`\n", 1)[1].strip().split("\n\n")[0]
+    return {
+        "README.md (backends)": _row(ROOT / "README.md", "| Kubernetes", "| `dra`"),
+        "docs/deploy.md (versions)": _row(
+            ROOT / "docs" / "deploy.md", "| NVIDIA DRA driver", "`dra`"
+        ),
+        "infra/gpu-sharing/README.md": _row(
+            ROOT / "infra" / "gpu-sharing" / "README.md", "| Kubernetes", "| `dra`"
+        ),
+        "docs/backends.md": section,
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_dra_statements()))
+def test_every_page_states_the_same_kubernetes_for_dra_with_its_device_taint_rule(
+    where: str,
+) -> None:
+    statement = " ".join(_dra_statements()[where].split())
+    assert DRA_KUBERNETES in statement, f"{where}: {statement}"
+    assert set(re.findall(r"Kubernetes 1\.\d+\+", statement)) == {"Kubernetes 1.37+"}, where
+    assert "DeviceTaintRule" in statement, f"{where} omits the DeviceTaintRule"
+
+
+# Files whose comments send the reader to the docs (`docs/deploy.md#first-install`).
+_POINTING = [
+    ROOT / "Dockerfile",
+    ROOT / "cloudbuild.yaml",
+    ROOT / "charts" / "castslice" / "values.yaml",
+    *sorted((ROOT / "infra").glob("*.tf")),
+    *sorted((ROOT / "infra").glob("*.tfvars")),
+]
+_DOC_POINTER = re.compile(r"\b(docs/[a-z-]+\.md)(?:#([a-z0-9-]+))?")
+
+
+@pytest.mark.parametrize("source", _POINTING, ids=_shown)
+def test_every_docs_pointer_in_a_comment_leads_to_a_page_and_heading(source: Path) -> None:
+    for page, anchor in _DOC_POINTER.findall(source.read_text()):
+        assert (ROOT / page).exists(), f"{_shown(source)}: {page}"
+        if anchor:
+            assert anchor in anchors(ROOT / page), f"{_shown(source)}: {page}#{anchor}"
+
+
+def test_the_tfvars_image_comment_points_where_the_build_command_is() -> None:
+    """infra/example.tfvars once sent the reader to the README for `gcloud builds submit
+    --tag`, which only docs/deploy.md shows."""
+    comment = re.search(r"`gcloud builds submit --tag` \((.*?)\)", (ROOT / "infra" /
+                        "example.tfvars").read_text())  # fmt: skip
+    assert comment, "infra/example.tfvars no longer names the build command"
+    ((page, anchor),) = _DOC_POINTER.findall(comment.group(1))
+    assert "gcloud builds submit" in section(ROOT / page, anchor), f"{page}#{anchor}"
+    assert "--tag=" in section(ROOT / page, anchor), f"{page}#{anchor}"
+
+
+def section(page: Path, anchor: str) -> str:
+    """The text under the heading of `anchor`, up to the next heading."""
+    parts = re.split(r"^(#{1,6}[ \t]+.+?)[ \t]*$", page.read_text(), flags=re.M)
+    for heading, body in zip(parts[1::2], parts[2::2], strict=True):
+        if slug(heading.lstrip("#")) == anchor:
+            return body
+    return ""
+
+
+# What the ASGI server costs against the Flask one, said once for every place that says it.
+ASGI_CPU = "about two thirds"
+
+
+def test_every_statement_of_the_asgi_servers_cpu_agrees_with_the_measurement() -> None:
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    measured = re.search(
+        r"\(([\d.]+), ([\d.]+) and ([\d.]+) ms per review against ([\d.]+), ([\d.]+) and "
+        r"([\d.]+) ms",
+        " ".join(performance.split()),
+    )
+    assert measured, "docs/performance.md no longer gives the two servers' CPU per review"
+    asgi, flask = (list(map(float, measured.groups()[i : i + 3])) for i in (0, 3))
+    # "About two thirds": each body's ratio within a sixth of it.
+    assert all(abs(a / f - 2 / 3) <= 1 / 6 for a, f in zip(asgi, flask, strict=True))
+    for page in ("Dockerfile", "README.md", "docs/deploy.md", "docs/performance.md"):
+        text = " ".join((ROOT / page).read_text().split())
+        assert ASGI_CPU in text.lower(), page
+        assert "a third to a half" not in text.lower(), page
+
+
+def test_development_says_what_make_unit_does_first() -> None:
+    """docs/development.md once said `make unit` only creates .venv; it also builds helm."""
+    makefile = (ROOT / "Makefile").read_text()
+    prerequisites = re.search(r"^unit: (.*)$", makefile, re.M)
+    assert prerequisites, "the Makefile has no unit target"
+    assert prerequisites.group(1).split() == ["$(VENV)/.installed", "helm"]
+    development = " ".join((ROOT / "docs" / "development.md").read_text().split())
+    said = development.split("`make unit` also", 1)
+    assert len(said) == 2, "docs/development.md no longer says what `make unit` does first"
+    assert said[1].split(".")[0].startswith(" builds helm for the chart tests")
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """What CastSlice is, how to start, the annotations, the backends and the links: the
+    rest is in docs/."""
+    assert len(README.splitlines()) <= 300

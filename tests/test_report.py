@@ -401,7 +401,13 @@ def test_the_exporter_says_it_cannot_read_the_cluster_and_serves_up_0(tmp_path: 
         text = wait_until(scrape, timeout=30, what="the exporter to answer", interval=0.2)
     finally:
         exporter.terminate()
-        _, stderr = exporter.communicate(timeout=30)
+        stdout, stderr = exporter.communicate(timeout=30)
+
+    # It says where it serves as soon as it is bound, before any scrape.
+    assert stdout.splitlines()[0] == (
+        f"castslice report: serving the saving as Prometheus metrics on "
+        f"http://127.0.0.1:{port}/metrics, read from the cluster on each scrape"
+    )
 
     samples = [
         (sample.name, sample.value)

@@ -102,8 +102,14 @@ def connect(
         and "KUBERNETES_SERVICE_HOST" in os.environ
     )
     source = "the in-cluster service account" if in_cluster else _kubeconfig_name(kubeconfig)
-    if kubeconfig is not None and not os.path.isfile(kubeconfig):
-        raise CommandError(f"cannot use {source}: there is no such file")
+    if not in_cluster and not any(os.path.isfile(path) for path in _kubeconfig_files(kubeconfig)):
+        # The client would say "Invalid kube-config file" of a file that is not there.
+        hint = (
+            ""
+            if kubeconfig or os.environ.get("KUBECONFIG")
+            else " (set KUBECONFIG or pass --kubeconfig)"
+        )
+        raise CommandError(f"cannot use {source}: there is no such file{hint}")
     try:
         if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -145,6 +151,14 @@ def _print_text(server: str, version: str, config: Config, results: list[Result]
     for result in results:
         print(text_line(result, symbols))
     print(summary(results))
+
+
+def _kubeconfig_files(path: str | None) -> list[str]:
+    """The files the client reads: --kubeconfig, else KUBECONFIG's list, else ~/.kube/config."""
+    if path:
+        return [path]
+    listed = [item for item in os.environ.get("KUBECONFIG", "").split(os.pathsep) if item]
+    return [os.path.expanduser(item) for item in listed or ["~/.kube/config"]]
 
 
 def _kubeconfig_name(path: str | None) -> str:

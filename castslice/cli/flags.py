@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from castslice.backends import BACKENDS
-from castslice.environment import load_config
+from castslice.environment import load_config, unknown_settings
 from castslice.settings import table
 from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
 
@@ -83,15 +84,25 @@ def effective_environment(args: argparse.Namespace, environ: Mapping[str, str]) 
 
 
 def config_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Config:
-    """The configuration of this command: its flags, then the environment."""
+    """The configuration of this command: its flags, then the environment.
+
+    A CASTSLICE_* name that is no setting is named on stderr, as the server logs it: the
+    command would otherwise check other settings than the ones meant.
+    """
     try:
-        return load_config(effective_environment(args, environ))
+        config = load_config(effective_environment(args, environ))
     except ConfigError as error:
         message = str(error)
         for setting in SETTINGS:
             if getattr(args, _dest(setting)) is not None and message.startswith(setting.variable):
                 message = setting.flag + message[len(setting.variable) :]
         raise ConfigError(message) from None
+    for name in unknown_settings(environ):
+        print(
+            f"castslice: warning: {name.name} is not a setting and is ignored ({name.hint})",
+            file=sys.stderr,
+        )
+    return config
 
 
 def _dest(setting: Setting) -> str:

@@ -32,6 +32,9 @@ from typing import Any
 from uvicorn import Config as UvicornConfig
 from uvicorn_worker import UvicornWorker
 
+from castslice.environment import load_config as _load_config
+from castslice.serve.start import announce as _announce
+
 # --- gunicorn settings -------------------------------------------------------
 
 # The same app `functions-framework --target=mutate_asgi --source=main.py` serves.
@@ -58,6 +61,13 @@ keyfile = "/etc/castslice/tls/tls.key"
 # Nothing in a Pod uses gunicorn's control socket, and the root filesystem is read-only.
 control_socket_disable = True
 loglevel = "info"
+
+
+def when_ready(server: Any) -> None:
+    """gunicorn's hook once its sockets are bound (the app, preloaded, read the settings)."""
+    # Each listener's str() is its URL (gunicorn/sock.py), https with a certificate.
+    _announce(_load_config(os.environ), os.environ, [str(socket) for socket in server.LISTENERS])
+
 
 MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 

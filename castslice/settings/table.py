@@ -56,6 +56,7 @@ class Kind(Enum):
 MAX_SLICE_RATIO = "CASTSLICE_MAX_SLICE_RATIO"
 BACKEND = "CASTSLICE_BACKEND"
 GPU_RESOURCE = "CASTSLICE_GPU_RESOURCE"
+STRICT_SETTINGS = "CASTSLICE_STRICT_SETTINGS"
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,14 @@ SETTINGS: tuple[Setting, ...] = (
         "whole number of Mi, Gi or Ti from 1Mi to 1024Ti, as 80Gi).",
         maximum=MAX_GPU_MEMORY,
         flag="--dra-gpu-memory",
+    ),
+    Setting(
+        STRICT_SETTINGS, "strictSettings", Kind.BOOLEAN, False,
+        "`true` refuses to start when a `CASTSLICE_*` name is not a setting (a misspelt "
+        "`CASTSLICE_BAKEND`); otherwise the server logs a warning naming the closest "
+        "setting, and the command line prints it ([configuration.md](#unknown-names)).",
+        chart_note="true: a CASTSLICE_* name that is no setting stops the server at start "
+        "instead of a warning.",
     ),
     Setting(
         "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],

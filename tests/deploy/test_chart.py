@@ -33,6 +33,7 @@ from castslice.environment import load_config
 from castslice.settings.config import Config, ConfigError
 from tests.helm import (
     CHART,
+    SAMPLE_REPOSITORY,
     Objects,
     castslice_output,
     generated_claim_templates,
@@ -57,7 +58,6 @@ from .variants import (
 )
 
 KUBERNETES_VERSIONS = ("1.30", "1.37")
-SAMPLE_REPOSITORY = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice"
 BACKENDS = ("resource", "nvidia", "gke", "dra")
 SAMPLE_TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
 # Every rule shape the policy language has: names and globs, matchLabels and each
@@ -168,9 +168,21 @@ def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return out
 
 
-def test_helm_lint_strict_passes(helm: Path) -> None:
-    result = run_helm(helm, "lint", "--strict", str(CHART))
+def test_helm_lint_strict_passes(helm: Path, tmp_path: Path) -> None:
+    # With the one value the chart cannot default: the image.
+    values = values_file(tmp_path, {})
+    result = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(values))
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_chart_refuses_to_render_without_an_image(helm: Path, tmp_path: Path) -> None:
+    """No placeholder image to roll onto: an install or upgrade without image.repository
+    (docs/deploy.md's upgrade once had none) fails before anything is applied."""
+    error = template_error(helm, tmp_path, {"image": {"repository": ""}})
+    assert "image.repository: the image to run, REGISTRY/castslice" in error
+    assert "--set image.repository=REGISTRY/castslice --set image.tag=TAG" in error
+    unset = template_error(helm, tmp_path, {"image": {"repository": None}})
+    assert "at '/image': missing property 'repository'" in unset
 
 
 def test_the_chart_and_the_image_share_the_package_version() -> None:
@@ -245,6 +257,17 @@ def comparable(
 
 def copy_of(value: Any) -> Any:
     return json.loads(json.dumps(value))
+
+
+def test_docs_deploy_names_every_hook_of_the_chart(helm: Path, tmp_path: Path) -> None:
+    """docs/deploy.md once said the chart had no hooks; it names each one it has."""
+    rendered = run_helm(helm, *template_args(values_file(tmp_path, {}))).stdout
+    events = set().union(*(hook_events(obj) for obj in yaml.safe_load_all(rendered) if obj))
+    assert events == {"post-install", "post-upgrade", "pre-delete"}
+    deploy = (CHART.parent.parent / "docs" / "deploy.md").read_text()
+    assert "no hooks" not in deploy
+    for event in events:
+        assert f"`{event}`" in deploy, event
 
 
 def test_the_registration_is_applied_after_the_release_and_removed_first_at_uninstall(

@@ -261,9 +261,12 @@ def test_the_image_is_tagged_with_the_release_the_commit_or_the_build_and_deploy
     image = f"europe-west1-docker.pkg.dev/sample-project/castslice/castslice:{tag}"
     assert (workspace["root"] / "image").read_text().strip() == image
     calls = workspace["calls"].read_text().splitlines()
+    report = f"europe-west1-docker.pkg.dev/sample-project/castslice/castslice-report:{tag}"
     assert calls == [
         f"docker build --tag {image} .",
+        f"docker build --target report --tag {report} .",
         f"docker push {image}",
+        f"docker push {report}",
         "gcloud run services describe castslice --region=europe-west1 --format=value(name)",
         f"gcloud run deploy castslice --image={image} --region=europe-west1 --quiet",
     ]
@@ -385,5 +388,20 @@ def test_the_chart_is_packaged_with_the_image_version_and_pushed_next_to_it(
     (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
     image = (chart_step["root"] / "image").read_text().strip()
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
-    # The repository's own chart is untouched.
-    assert "my-project" in (ROOT / "charts" / "castslice" / "values.yaml").read_text()
+    # Its report exporter runs the report image the build step pushed beside it.
+    rendered = subprocess.run(
+        [str(helm), "template", "castslice", str(package), "--set", "reportExporter.enabled=true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (exporter,) = [
+        d for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "castslice-report"
+    ]  # fmt: skip
+    repository, _, tag = image.rpartition(":")
+    assert exporter["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"{repository}-report:{tag}"
+    )
+    # The repository's own chart is untouched: it names no image.
+    assert '  repository: ""\n' in (ROOT / "charts" / "castslice" / "values.yaml").read_text()

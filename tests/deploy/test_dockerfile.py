@@ -12,6 +12,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.procs import free_port, serving
 from tests.served import IMAGE_TARGET
 
@@ -34,15 +36,36 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-DOCKERFILE = instructions(ROOT / "Dockerfile")
+ALL_INSTRUCTIONS = instructions(ROOT / "Dockerfile")
 
 
-def arguments_of(keyword: str) -> list[str]:
-    return [arguments for instruction, arguments in DOCKERFILE if instruction == keyword]
+def stages() -> dict[str, list[tuple[str, str]]]:
+    """Each stage by name, with the instructions of the stages it is built FROM first."""
+    built: dict[str, list[tuple[str, str]]] = {}
+    name = ""
+    for instruction, arguments in ALL_INSTRUCTIONS:
+        if instruction == "FROM":
+            parent, _, name = arguments.partition(" AS ")
+            built[name] = [*built.get(parent, [(instruction, parent)])]
+        else:
+            built[name].append((instruction, arguments))
+    return built
 
 
-def test_the_base_is_python_3_11_slim() -> None:
-    assert arguments_of("FROM") == ["python:3.11-slim"]
+STAGES = stages()
+# `docker build .` builds the last stage: the webhook, as Cloud Run and the chart run it.
+DOCKERFILE = STAGES[list(STAGES)[-1]]
+REPORT = STAGES["report"]
+
+
+def arguments_of(keyword: str, stage: list[tuple[str, str]] = DOCKERFILE) -> list[str]:
+    return [arguments for instruction, arguments in stage if instruction == keyword]
+
+
+def test_the_base_is_python_3_11_slim_and_the_default_target_the_webhook() -> None:
+    assert list(STAGES) == ["base", "report", "webhook"]
+    for stage in STAGES.values():
+        assert arguments_of("FROM", stage) == ["python:3.11-slim"]
 
 
 def test_only_the_runtime_requirements_are_installed() -> None:
@@ -50,15 +73,31 @@ def test_only_the_runtime_requirements_are_installed() -> None:
     assert install == "pip install --no-cache-dir -r requirements.txt"
 
 
-def test_it_runs_as_a_numeric_non_root_user() -> None:
-    users = arguments_of("USER")
+def test_the_report_image_adds_only_the_kubernetes_client_the_tests_run() -> None:
+    installs = [run for run in arguments_of("RUN", REPORT) if "pip install" in run]
+    assert installs == [
+        "pip install --no-cache-dir -r requirements.txt",
+        "pip install --no-cache-dir -r requirements-report.txt",
+    ]
+    pins = [
+        line for line in (ROOT / "requirements-report.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]  # fmt: skip
+    development = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert pins == [line for line in development if line.startswith("kubernetes==")]
+
+
+@pytest.mark.parametrize("stage", ["webhook", "report"])
+def test_it_runs_as_a_numeric_non_root_user(stage: str) -> None:
+    built = STAGES[stage]
+    users = arguments_of("USER", built)
     assert users, "no USER: the image would run as root"
     user, _, group = users[-1].partition(":")
     assert user.isdigit() and int(user) != 0
     assert not group or (group.isdigit() and int(group) != 0)
     # Nothing after the last USER runs as root again.
-    last_user = max(i for i, (keyword, _) in enumerate(DOCKERFILE) if keyword == "USER")
-    assert all(keyword != "RUN" for keyword, _ in DOCKERFILE[last_user:])
+    last_user = max(i for i, (keyword, _) in enumerate(built) if keyword == "USER")
+    assert all(keyword != "RUN" for keyword, _ in built[last_user:])
 
 
 def test_the_command_is_the_one_production_and_the_e2e_suite_run() -> None:
@@ -66,6 +105,14 @@ def test_the_command_is_the_one_production_and_the_e2e_suite_run() -> None:
     (command,) = arguments_of("CMD")
     assert json.loads(command) == START_COMMAND  # exec form: signals reach the server
     assert "PORT=8080" in " ".join(arguments_of("ENV"))
+
+
+def test_the_report_command_serves_on_the_port_it_exposes() -> None:
+    (command,) = arguments_of("CMD", REPORT)
+    words = json.loads(command)
+    assert words[:4] == ["python", "-m", "castslice", "report"]
+    assert words[words.index("--serve") + 1] == arguments_of("EXPOSE", REPORT)[-1]
+    assert words[words.index("--address") + 1] == "0.0.0.0"
 
 
 def _word(node: ast.expr) -> str | None:
@@ -123,9 +170,9 @@ def dockerignore_excludes(path: str) -> bool:
     return excluded
 
 
-def copied_sources() -> list[str]:
+def copied_sources(stage: list[tuple[str, str]] = DOCKERFILE) -> list[str]:
     sources = []
-    for arguments in arguments_of("COPY"):
+    for arguments in arguments_of("COPY", stage):
         *paths, _destination = arguments.split()
         sources += [path.rstrip("/") for path in paths]
     return sources
@@ -133,8 +180,10 @@ def copied_sources() -> list[str]:
 
 def test_the_build_context_holds_what_is_copied_and_nothing_private() -> None:
     assert set(copied_sources()) == {"requirements.txt", "main.py", "castslice"}
+    assert set(copied_sources(REPORT)) == {*copied_sources(), "requirements-report.txt"}
     for source in (
         "requirements.txt",
+        "requirements-report.txt",
         "main.py",
         "castslice/serve/tls.py",
         "castslice/serve/core.py",

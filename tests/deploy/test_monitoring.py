@@ -142,7 +142,9 @@ def answer(server: Served, sample: Sample) -> None:
 
 
 def written_lines(path: Path, count: int) -> list[dict[str, Any]] | None:
-    lines = [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+    started, *lines = [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+    # The server's start line comes first, before any request (castslice/serve/start.py).
+    assert started["message"] == "castslice starting", started
     assert len(lines) <= count, f"more log lines than requests: {lines}"
     return lines if len(lines) == count else None
 

@@ -30,6 +30,9 @@ from cryptography.x509.oid import NameOID
 import castslice.serve.tls
 from tests.procs import free_port, serving
 from tests.secret_volume import SecretVolume
+from tests.served import environment as served_environment
+from tests.served import serving as served_by
+from tests.served import tls_command
 
 from .variants import ROOT
 
@@ -332,5 +335,26 @@ def test_only_intended_names_are_read_as_gunicorn_settings() -> None:
     assert settings == {
         "wsgi_app", "preload_app", "bind", "worker_class", "workers", "timeout",
         "graceful_timeout", "keepalive", "certfile", "keyfile", "control_socket_disable",
-        "loglevel",
+        "loglevel", "when_ready",
     }  # fmt: skip
+
+
+def test_gunicorn_says_where_it_listens_once_bound(tmp_path: Path) -> None:
+    """The Deployment's server writes the start line from gunicorn's when_ready hook, with
+    the address it bound and the settings it runs with, before any review."""
+    volume = SecretVolume(tmp_path / "tls")
+    pair = new_pair(1)
+    volume.update(pair.cert, pair.key)
+    settings = served_environment(CASTSLICE_BACKEND="nvidia", CASTSLICE_BAKEND="gke")
+    command = lambda port: tls_command(port, volume.certfile, volume.keyfile)  # noqa: E731
+    with served_by("gunicorn-tls", command, tmp_path, settings, context=client_context()) as run:
+        lines = [json.loads(line) for line in run.request_log.read_text().splitlines()]
+        port = run.port
+    started, warned = lines
+    assert started["message"] == "castslice starting"
+    assert started["listening"] == [f"https://127.0.0.1:{port}"]
+    assert started["backend"] == "nvidia"
+    assert started["sharedResource"] == "nvidia.com/gpu.shared"
+    assert warned["unknownSettings"] == [
+        {"name": "CASTSLICE_BAKEND", "closest": "CASTSLICE_BACKEND"}
+    ]

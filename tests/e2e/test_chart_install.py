@@ -12,6 +12,8 @@ Deployment.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,19 +23,23 @@ import kubernetes
 import pytest
 import yaml
 
+from castslice.inspect.savings.exporter import CLUSTER_PREFIX, UP, metric_names
 from tests.helm import (
     CHART,
     GoModuleUnavailable,
     castslice_output,
     cert_manager_crds,
     hook_events,
+    pod_monitor_crd,
     run_helm,
     values_file,
 )
 
+from ..procs import free_port
 from .conftest import missing
 from .kubectl import Kubectl
 from .nodes import Pool, create_nodes, delete_nodes
+from .test_report import run_exporter
 from .tools import MissingTool
 
 RELEASE = "gpu-share"
@@ -46,19 +52,26 @@ _SERVER_METADATA = (
 _POLICY = "rules: [{name: research, namespaces: [research], optimize: true, workloadType: dev}]\n"
 
 
-@pytest.fixture(scope="module")
-def cert_manager(kubectl_user: Kubectl) -> None:
-    """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
+def serve_crds(kubectl_user: Kubectl, load: Callable[[], list[dict[str, Any]]]) -> None:
+    """CRDs from their release modules, served and established; missing Go is a missing tool."""
     try:
-        crds = cert_manager_crds()
+        crds = load()
     except GoModuleUnavailable as error:
         missing(MissingTool(str(error)))
     for crd in crds:
-        kubectl_user.run("apply", "--server-side", "-f", str(crd))
+        kubectl_user.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
     kubectl_user.run(
         "wait", "--for=condition=Established", "--timeout=60s",
-        *(f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds),
+        *(f"crd/{crd['metadata']['name']}" for crd in crds),
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cert_manager(kubectl_user: Kubectl) -> None:
+    """cert-manager's CRDs, served and established before the chart's Issuers arrive."""
+    serve_crds(
+        kubectl_user, lambda: [yaml.safe_load(path.read_text()) for path in cert_manager_crds()]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +395,92 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
         helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", release_namespace)
         for name in (listed, enrolled, applied):
             kubectl_user.run("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def pod_monitors(kubectl_user: Kubectl) -> None:
+    """prometheus-operator's PodMonitor CRD, so that the API server checks the chart's."""
+    serve_crds(kubectl_user, lambda: [pod_monitor_crd()])
+
+
+def token_kubeconfig(kubectl_user: Kubectl, account: str, namespace: str, path: Path) -> Path:
+    """The admin's kubeconfig with a token of `account` instead of the admin's credentials."""
+    token = kubectl_user.run("create", "token", account, "-n", namespace).stdout.strip()
+    config = yaml.safe_load(kubectl_user.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_report_exporter_installs_and_reads_the_cluster_with_its_own_rights_only(
+    helm: Path,
+    cert_manager: None,
+    pod_monitors: None,
+    node: str,
+    kubectl_user: Kubectl,
+    release_namespace: str,
+    tmp_path: Path,
+) -> None:
+    namespace = release_namespace
+    exporter = f"{FULLNAME}-report"
+    values = values_file(
+        tmp_path, {"reportExporter": {"enabled": True, "podMonitor": {"enabled": True}}}
+    )
+    helm_user(
+        helm, kubectl_user, tmp_path,
+        "install", RELEASE, str(CHART), "-n", namespace, "--create-namespace", "-f", str(values),
+        "--wait", "--timeout=3m",
+    )  # fmt: skip
+
+    # Every object accepted as written: the PodMonitor by prometheus-operator's CRD, the
+    # exporter's Deployment Ready beside the webhook's.
+    manifest = manifest_of(helm, kubectl_user, tmp_path, namespace)
+    stored = server_copies(kubectl_user, manifest)
+    ours = {k: obj for k, obj in ((key(o), o) for o in documents(manifest)) if exporter in k}
+    assert {k.split("/")[0] for k in ours} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+        "PodMonitor",
+    }  # fmt: skip
+    for name, obj in ours.items():
+        assert_stored_as_written(obj, stored[name], name)
+    assert stored[f"Deployment/{namespace}/{exporter}"]["status"]["readyReplicas"] == 1
+
+    # What its Pod runs, with its ServiceAccount's token: every figure readable, nothing else.
+    kubeconfig = token_kubeconfig(kubectl_user, exporter, namespace, tmp_path / "exporter")
+    settings = stored[f"ConfigMap/{namespace}/{FULLNAME}-config"]["data"]
+    (container,) = stored[f"Deployment/{namespace}/{exporter}"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    port = free_port()
+    command = container["command"]
+    assert command[:4] == ["python", "-m", "castslice", "report"]
+    argv = [sys.executable, *command[1:], "--kubeconfig", str(kubeconfig)]
+    argv[argv.index("--serve") + 1] = str(port)
+    argv[argv.index("--address") + 1] = "127.0.0.1"
+    samples, stdout, stderr = run_exporter(argv, settings, port)
+    assert "Traceback" not in stderr and "cannot read" not in stderr, stderr
+    assert stdout.startswith("castslice report: serving the saving as Prometheus metrics on ")
+    assert samples[("castslice_report_up", None)] == 1
+    # No Pod is rewritten here: the cluster's figures, and no namespace's.
+    assert {name for name, _ in samples} == {
+        name for name in metric_names() if name == UP or name.startswith(CLUSTER_PREFIX)
+    }
+    assert samples[("castslice_cluster_gpus_saved", None)] == 0
+
+    account = f"system:serviceaccount:{namespace}:{exporter}"
+    for verb, resource, allowed in (
+        ("list", "pods", "yes"), ("list", "nodes", "yes"), ("get", "replicasets.apps", "yes"),
+        ("get", "jobs.batch", "yes"), ("watch", "pods", "no"), ("get", "secrets", "no"),
+        ("list", "configmaps", "no"), ("delete", "pods", "no"),
+    ):  # fmt: skip
+        answer = subprocess.run(
+            [str(kubectl_user.binary), f"--kubeconfig={kubectl_user.kubeconfig}", "auth",
+             "can-i", verb, resource, "--as", account, "-A"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert answer.stdout.strip() == allowed, (verb, resource, answer.stdout, answer.stderr)
+
+    helm_user(helm, kubectl_user, tmp_path, "uninstall", RELEASE, "-n", namespace, "--wait")
+    left = kubectl_user.run("get", "-f", str(manifest), "--ignore-not-found", "-o", "name")
+    assert left.stdout.strip() == ""

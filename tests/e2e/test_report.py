@@ -340,24 +340,9 @@ def test_report_places_each_pod_where_the_scheduler_put_it_and_the_exporter_agre
     # The exporter's gauges, scraped from the same cluster, are the report's figures.
     selector = f"{LABEL}={mix.run}"
     port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
     argv = [sys.executable, "-m", "castslice", "report", "--kubeconfig",
             str(control_plane.kubeconfig), "-l", selector, "--serve", str(port)]  # fmt: skip
-    exporter = subprocess.Popen(
-        argv,
-        cwd=REPO_ROOT,
-        env={**environ, **SETTINGS[backend]},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        samples = wait_until(
-            lambda: scrape(port), timeout=30, what="the exporter to answer", interval=0.2
-        )
-    finally:
-        exporter.terminate()
-        _, stderr = exporter.communicate(timeout=30)
+    samples, _, stderr = run_exporter(argv, SETTINGS[backend], port)
     assert "Traceback" not in stderr
 
     assert samples[("castslice_report_up", None)] == 1
@@ -367,6 +352,26 @@ def test_report_places_each_pod_where_the_scheduler_put_it_and_the_exporter_agre
             assert samples[(f"castslice_gpus_{figure}", ns)] == saving[figure]
     assert samples[("castslice_cluster_pods_pending", None)] == report["totals"]["pending"]
     assert {ns for _, ns in samples if ns} == {mix.team_a, mix.team_b}
+
+
+def run_exporter(
+    argv: list[str], settings: Mapping[str, str], port: int
+) -> tuple[dict[tuple[str, str | None], float], str, str]:
+    """Run `castslice report --serve PORT` (argv) with `settings` until one scrape answers:
+    its samples by (name, namespace), and what it printed on stdout and stderr."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
+    exporter = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env={**environ, **settings},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        samples = wait_until(
+            lambda: scrape(port), timeout=30, what="the exporter to answer", interval=0.2
+        )
+    finally:
+        exporter.terminate()
+        stdout, stderr = exporter.communicate(timeout=30)
+    return samples, stdout, stderr
 
 
 def scrape(port: int) -> dict[tuple[str, str | None], float] | None:

@@ -73,9 +73,19 @@ def run_helm(
     return result
 
 
+# The chart requires image.repository (it names no image of its own); a test that does not
+# choose one renders this one.
+SAMPLE_REPOSITORY = "europe-west1-docker.pkg.dev/sample-project/castslice/castslice"
+
+
 def values_file(directory: Path, values: Mapping[str, Any], name: str = "values.yaml") -> Path:
+    """`values` as a file, with the sample image.repository unless `values` sets the key."""
+    chosen = dict(values)
+    image = chosen.get("image", {})
+    if "repository" not in image:
+        chosen["image"] = {"repository": SAMPLE_REPOSITORY, **image}
     path = directory / name
-    path.write_text(yaml.safe_dump(dict(values), sort_keys=False))
+    path.write_text(yaml.safe_dump(chosen, sort_keys=False))
     return path
 
 
@@ -196,3 +206,21 @@ def cert_manager_crds() -> list[Path]:
     if not crds:
         raise GoModuleUnavailable(f"{CERT_MANAGER_MODULE}@{version} has no deploy/crds/*.yaml")
     return crds
+
+
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION_FILE = Path(__file__).with_name("prometheus-operator.version")
+
+
+def pod_monitor_crd() -> dict[str, Any]:
+    """prometheus-operator's PodMonitor CRD (monitoring.coreos.com/v1), verbatim from its
+    release module (prometheus-operator.version): example/prometheus-operator-crd/."""
+    version = PROMETHEUS_OPERATOR_VERSION_FILE.read_text().strip()
+    directory = go_module_dir(PROMETHEUS_OPERATOR_MODULE, version)
+    path = (
+        directory / "example" / "prometheus-operator-crd" / "monitoring.coreos.com_podmonitors.yaml"
+    )
+    if not path.is_file():
+        raise GoModuleUnavailable(f"{PROMETHEUS_OPERATOR_MODULE}@{version} has no {path.name}")
+    crd: dict[str, Any] = yaml.safe_load(path.read_text())
+    return crd

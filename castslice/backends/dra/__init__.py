@@ -1,4 +1,7 @@
-"""Dynamic Resource Allocation with consumable capacity (`resource.k8s.io/v1`, Kubernetes 1.36+).
+"""Dynamic Resource Allocation with consumable capacity (`resource.k8s.io/v1`).
+
+Kubernetes 1.37+ (1.36 with the DRADeviceTaintRules gate): the DeviceTaintRule each
+installation needs is GA there.
 
 A DRA driver publishes each GPU as one device that several claims may share
 (`allowMultipleAllocations`) with a capacity counting shares: the NVIDIA DRA

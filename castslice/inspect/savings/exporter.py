@@ -73,6 +73,13 @@ def serve(port: int, address: str, read: Callable[[], Report]) -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SavingCollector(read))
     server, thread = start_http_server(port, addr=address, registry=registry)
+    host = f"[{address}]" if ":" in address else address
+    # Said once bound, flushed: in a container stdout is a pipe, which holds what it buffers.
+    print(
+        f"castslice report: serving the saving as Prometheus metrics on "
+        f"http://{host}:{server.server_port}/metrics, read from the cluster on each scrape",
+        flush=True,
+    )
     try:
         thread.join()
     finally:
