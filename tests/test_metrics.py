@@ -276,7 +276,8 @@ def test_failed_open_and_refused_answers_are_counted_by_reason(server: MetricsSe
     assert after_count == before_count
 
 
-# main.py with one part of what follows a decision raising, as a bug there would.
+# main.py with one part of what follows a decision raising, as a bug there would; planted
+# once main.py has started, so its start line is written as usual.
 SABOTAGED_MAIN = """
 from pathlib import Path
 
@@ -288,8 +289,8 @@ class Raising:
         raise RuntimeError(f"planted failure: {{name}}")
 
 
-{sabotage}
 exec(compile(Path({main!r}).read_text(), {main!r}, "exec"))
+{sabotage}
 """
 SABOTAGES = {
     "counter": "metrics.REQUESTS = Raising()",
