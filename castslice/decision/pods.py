@@ -127,8 +127,10 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
 def _less_than_asked(
     container: GpuContainer, asked: str, placement: Placement, gpu: str
 ) -> str | None:
-    # Quantities the API server would reject anyway ("1.5", "2Gi") are not compared.
-    if not asked.isdigit() or int(asked) <= 1 or placement.gpus >= int(asked):
+    # Only ASCII digits are compared, as the CEL twin's '^[0-9]+$': the API server refuses
+    # "1.5" anyway, and "¹" (a digit to str.isdigit(), none to int() or to the API server)
+    # is no quantity at all.
+    if not (asked.isascii() and asked.isdigit()) or int(asked) <= 1 or placement.gpus >= int(asked):
         return None
     return clip(
         f"container {shorten(container.name)} asked for {asked} {gpu}; "

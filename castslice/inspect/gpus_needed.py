@@ -46,11 +46,24 @@ class WorkloadError(ValueError):
 @dataclass(frozen=True)
 class Task:
     """One GPU container that opted in (`gpus` its share of one GPU), or one Pod left alone
-    (`gpus` the whole GPUs it asks for)."""
+    (`gpus` the whole GPUs it asks for).
+
+    `asked` is what the container asks for without CastSlice (None: its share rounded up to
+    whole GPUs, as a trace's task asks for one GPU); `source` where its slice count came
+    from ("slice-ratio", "workload-type", "default", "policy:<rule>"; "" for a trace's
+    task, whose share is all there is); `container` its name, for messages.
+    """
 
     gpus: Fraction
     opted_in: bool
     name: str = ""
+    asked: int | None = None
+    source: str = ""
+    container: str = ""
+
+    @property
+    def whole_gpus_asked(self) -> int:
+        return math.ceil(self.gpus) if self.asked is None else self.asked
 
 
 @dataclass(frozen=True)
@@ -76,11 +89,17 @@ class Estimate:
     rounded_by: Fraction
     warnings: tuple[str, ...] = ()
     recommended: bool = False
+    # The CASTSLICE_* variables to set, over today's, for this configuration, and what else
+    # must change with them (slice-ratio annotations, policy rules) or what then differs.
+    environment: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def as_dict(self, baseline: int, today: int) -> dict[str, Any]:
         return {
             "name": self.name,
             "settings": self.settings,
+            "environment": self.environment,
+            "notes": list(self.notes),
             "gpus": self.gpus,
             "gpusSavedVsNoSharing": baseline - self.gpus,
             "gpusVsToday": self.gpus - today,
@@ -109,6 +128,10 @@ class Plan:
     candidates: list[Estimate] = field(default_factory=list)
     # Each backend's recommended candidate, by backend name.
     per_backend: dict[str, Estimate] = field(default_factory=dict)
+    # Today's backend: the recommendation keeps to it (the GPU nodes decide the backend).
+    backend: str = "resource"
+    # Why today's settings are kept, when no candidate of today's backend needs fewer GPUs.
+    keep: str = ""
 
     @property
     def ideal(self) -> int:
@@ -117,10 +140,22 @@ class Plan:
 
     @property
     def best(self) -> Estimate:
-        return next(estimate for estimate in self.candidates if estimate.recommended)
+        """The recommended configuration: today's when nothing of its backend does better."""
+        return next((estimate for estimate in self.candidates if estimate.recommended), self.today)
+
+    @property
+    def elsewhere(self) -> list[Estimate]:
+        """Other backends' best candidates that would need fewer GPUs than the recommendation,
+        if the nodes offered them."""
+        return [
+            item
+            for backend, item in self.per_backend.items()
+            if backend != self.backend and item.gpus < self.best.gpus
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         baseline, today = self.no_sharing.gpus, self.today.gpus
+        best = self.best
         return {
             "tasks": self.tasks,
             "optedIn": self.opted_in,
@@ -129,9 +164,17 @@ class Plan:
             "noSharing": self.no_sharing.as_dict(baseline, today),
             "today": self.today.as_dict(baseline, today),
             "candidates": [estimate.as_dict(baseline, today) for estimate in self.candidates],
-            "recommended": self.best.name,
+            "recommended": best.name,
+            "keep": self.keep,
+            "recommendation": best.as_dict(baseline, today),
             "recommendedPerBackend": {
-                backend: {"name": item.name, "settings": item.settings, "gpus": item.gpus}
+                backend: {
+                    "name": item.name,
+                    "settings": item.settings,
+                    "environment": item.environment,
+                    "notes": list(item.notes),
+                    "gpus": item.gpus,
+                }
                 for backend, item in self.per_backend.items()
             },
         }
