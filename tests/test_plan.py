@@ -86,10 +86,14 @@ def test_a_pool_backend_gives_a_whole_gpu_to_a_share_no_pool_fits() -> None:
 
 def test_shares_finer_than_the_pools_offer_and_multi_gpu_opt_ins_are_warned_about() -> None:
     config = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2"})
-    warnings = estimate(config, shares("0.1", "3"), "w").warnings
-    assert len(warnings) == 2
-    assert "1 opted-in task(s) ask for more than one GPU" in warnings[0]
-    assert "1 task(s) need less than 1/2 of a GPU" in warnings[1]
+    mix = [Task(Fraction(1, 10), True, "pod/small"), Task(Fraction(3), True, "pod/big")]
+    warnings = estimate(config, mix, "w").warnings
+    assert warnings == (
+        "pod/big: a slice count of more than one GPU: whole GPUs, and a share of several "
+        "GPUs is not what sharing offers",
+        "1 task(s) need less than 1/2 of a GPU, the finest share the sharing nodes offer: "
+        "they get more than they need",
+    )
     assert estimate(config, shares("0.5"), "fine").warnings == ()
 
 
@@ -140,11 +144,21 @@ def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     # 3078 fractional tasks: 2101 GPUs at S=4 as the issue counted, 4355 for whole-GPU tasks.
     assert result.today.gpus == 2101 + 4355
     assert result.best.gpus == result.ideal == 6087
-    # resource at S=100 needs as many GPUs, but splits the nodes into shared and plain ones.
-    assert result.per_backend["resource"].gpus == 6087
-    assert len(result.per_backend["resource"].pools) == 2
-    assert result.best.name == "dra S=100"
-    assert [pool.label for pool in result.best.pools] == ["shares of 100 and whole GPUs"]
+    # Today's backend, resource, at S=100: the presets scaled to keep their shares.
+    assert result.best.name == "resource S=100"
+    assert result.best.environment == {
+        "CASTSLICE_SLICES_PER_GPU": "100",
+        "CASTSLICE_PRESETS": "training=100,inference=50,batch=50,dev=25",
+        "CASTSLICE_DEFAULT_SLICES": "25",
+    }
+    # dra needs as many GPUs without splitting the nodes into shared and plain ones: it is
+    # listed for nodes that offer it.
+    assert len(result.best.pools) == 2
+    assert [item.name for item in result.elsewhere] == []
+    assert result.per_backend["dra"].name == "dra S=100"
+    assert [pool.label for pool in result.per_backend["dra"].pools] == [
+        "shares of 100 and whole GPUs"
+    ]
 
 
 def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -202,7 +216,9 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
     as_yaml = yaml.safe_load(run("-f", "-", "-o", "yaml", stdin=DEPLOYMENT).stdout)
     table = run("-f", "-", "--plot", str(chart), stdin=DEPLOYMENT)
     assert table.returncode == 0, table.stderr
-    assert f"Recommended: {as_yaml['recommended']} " in table.stdout
+    assert as_yaml["keep"] and as_yaml["recommended"] == "today"
+    assert f"Recommended: keep the current settings (CASTSLICE_BACKEND=resource " in table.stdout
+    assert as_yaml["keep"] in table.stdout
     svg = chart.read_text()
     assert svg.startswith("<svg") and f"perfect packing {as_yaml['perfectPacking']}" in svg
     assert svg.count("<rect") == len(as_yaml["candidates"]) + 2

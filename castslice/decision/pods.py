@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from fractions import Fraction
 
 from castslice.backends import Backend, Placement
 from castslice.contract.definitions import APPLIED, DecisionRecord
@@ -132,7 +133,12 @@ def _less_than_asked(
     # is no quantity at all.
     if not (asked.isascii() and asked.isdigit()) or int(asked) <= 1 or placement.gpus >= int(asked):
         return None
+    return less_than_asked_text(container.name, asked, placement.gpus, gpu)
+
+
+def less_than_asked_text(container: str, asked: str, gpus: Fraction, gpu: str) -> str:
+    """The warning for a container CastSlice gives less than the GPUs it asked for."""
     return clip(
-        f"container {shorten(container.name)} asked for {asked} {gpu}; "
-        f"castslice gives it {share_text(placement.gpus)}"
+        f"container {shorten(container)} asked for {asked} {gpu}; "
+        f"castslice gives it {share_text(gpus)}"
     )
