@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import math
+import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -217,7 +221,7 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
     table = run("-f", "-", "--plot", str(chart), stdin=DEPLOYMENT)
     assert table.returncode == 0, table.stderr
     assert as_yaml["keep"] and as_yaml["recommended"] == "today"
-    assert f"Recommended: keep the current settings (CASTSLICE_BACKEND=resource " in table.stdout
+    assert "Recommended: keep the current settings (CASTSLICE_BACKEND=resource " in table.stdout
     assert as_yaml["keep"] in table.stdout
     svg = chart.read_text()
     assert svg.startswith("<svg") and f"perfect packing {as_yaml['perfectPacking']}" in svg
@@ -243,3 +247,211 @@ def test_today_is_the_configuration_the_flags_set() -> None:
     config = load_config({"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "10"})
     mix = shares("0.13", "0.13")
     assert plan(config, mix).today.gpus == estimate(replace(config), mix, "x").gpus == 1
+
+
+# --- Each configuration plan prints, applied as printed, gives plan's figure. --------------
+
+ISSUE_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: infer}}
+  template:
+    metadata:
+      labels: {app: infer}
+      annotations: {castops.io/optimize: "true", castops.io/slice-ratio: "8"}
+    spec:
+      containers:
+        - name: app
+          image: registry.invalid/app:1
+          resources: {limits: {nvidia.com/gpu: 1}}
+"""
+SLICE_RATIO = "castops.io/slice-ratio"
+# The node labels each sharing backend places a share with: clients per GPU.
+DEGREE_LABELS = ("nvidia.com/gpu.replicas", "cloud.google.com/gke-max-shared-clients-per-gpu")
+
+
+def castslice(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    environment: dict[str, str],
+    *argv: str,
+    stdin: str = "",
+) -> str:
+    """`castslice ARGV` in this process with exactly these CASTSLICE_* settings."""
+    for name in [name for name in os.environ if name.startswith("CASTSLICE_")]:
+        monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def reference(item: dict) -> str:
+    metadata = item["metadata"]
+    return f"{item['kind']} {metadata.get('namespace') or 'default'}/{metadata['name']}"
+
+
+def templates_of(item: dict) -> list[tuple[str, dict, int]]:
+    """(how plan names its Pods, the Pod template, how many Pods) of a Pod, a Deployment or
+    a PyTorchJob, the kinds these tests use."""
+    if item["kind"] == "Pod":
+        return [(reference(item), item, 1)]
+    if item["kind"] == "Deployment":
+        return [(reference(item), item["spec"]["template"], item["spec"].get("replicas", 1))]
+    specs = item["spec"]["pytorchReplicaSpecs"]
+    return [
+        (f"{reference(item)}: {kind}", spec["template"], spec.get("replicas", 1))
+        for kind, spec in specs.items()
+    ]
+
+
+def with_ratios(text: str, ratios: dict[str, int]) -> str:
+    """The manifests with each Pod's castops.io/slice-ratio set as plan printed it."""
+    items = [item for item in yaml.safe_load_all(text) if item]
+    for item in items:
+        for name, template, _ in templates_of(item):
+            if name in ratios:
+                template["metadata"]["annotations"][SLICE_RATIO] = str(ratios.pop(name))
+    assert not ratios, f"plan named Pods the manifests do not have: {ratios}"
+    return yaml.safe_dump_all(items)
+
+
+def gpus_given(previewed: dict, environment: dict[str, str]) -> int:
+    """GPUs the Pods preview shows need, counted from what each container was given: whole
+    GPUs, a share of a pool of M clients per GPU (its node label), a count of the shared
+    resource or (dra) of the record's slices; each pool's shares packed onto whole GPUs."""
+    config = load_config(environment)
+    per_gpu = config.slices_per_gpu
+    whole, pools = 0, Counter[object]()
+    for item in previewed["items"]:
+        for _, template, copies in templates_of(item):
+            spec = template["spec"]
+            record = (template["metadata"].get("annotations") or {}).get(
+                "castslice.castops.io/applied"
+            )
+            degree = next(
+                (int(value) for key, value in (spec.get("nodeSelector") or {}).items()
+                 if key in DEGREE_LABELS), None,
+            )  # fmt: skip
+            for container in spec["containers"]:
+                limits = (container.get("resources") or {}).get("limits") or {}
+                if degree:
+                    pools[degree] += Fraction(copies, degree)
+                elif config.shared_resource in limits:
+                    pools["shared"] += Fraction(
+                        int(limits[config.shared_resource]) * copies, per_gpu
+                    )
+                elif "nvidia.com/gpu" in limits:
+                    whole += int(limits["nvidia.com/gpu"]) * copies
+                elif record and container.get("resources", {}).get("claims"):
+                    slices = json.loads(record)["slices"]
+                    if slices < per_gpu:
+                        pools["claims"] += Fraction(slices * copies, per_gpu)
+                    else:
+                        whole += -(-slices // per_gpu) * copies
+    return whole + sum(math.ceil(shares) for shares in pools.values())
+
+
+def applied_as_printed(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    today: dict[str, str],
+    promised: dict,
+    manifests: str,
+) -> None:
+    environment = {**today, **promised["environment"]}
+    text = with_ratios(manifests, dict(promised["sliceRatios"]))
+    again = json.loads(castslice(monkeypatch, capsys, environment, "plan", "-f", "-", "-o",
+                                 "json", stdin=text))  # fmt: skip
+    assert again["today"]["gpus"] == promised["gpus"], promised["name"]
+    previewed = json.loads(castslice(monkeypatch, capsys, environment, "preview", "-f", "-",
+                                     "-o", "json", stdin=text))  # fmt: skip
+    assert gpus_given(previewed, environment) == promised["gpus"], promised["name"]
+
+
+@pytest.mark.parametrize(
+    ("manifests", "today"),
+    [
+        ((ROOT / "examples" / "pytorchjob.yaml").read_text(), {}),
+        ((ROOT / "examples" / "pytorchjob.yaml").read_text(), {"CASTSLICE_BACKEND": "nvidia"}),
+        (ISSUE_DEPLOYMENT, {}),
+        (ISSUE_DEPLOYMENT, {"CASTSLICE_BACKEND": "gke", "CASTSLICE_SHARING_DEGREES": "2"}),
+        (DEPLOYMENT, {"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SLICES_PER_GPU": "8"}),
+    ],
+    ids=["pytorchjob", "pytorchjob-nvidia", "issue", "issue-gke", "notebooks-nvidia-8"],
+)
+def test_every_configuration_plan_prints_applied_as_printed_gives_its_figure(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    manifests: str,
+    today: dict[str, str],
+) -> None:
+    result = json.loads(
+        castslice(monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=manifests)
+    )
+    shown = [result["recommendation"], *result["candidates"]]
+    for promised in shown:
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+    # Every backend's best, printed as "if your nodes offered" when it needs fewer.
+    for promised in result["recommendedPerBackend"].values():
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+
+
+def trace_manifests(per_gpu: int) -> str:
+    """The trace as Deployments, one per kind of task with its count as replicas: a share
+    opts in with castops.io/slice-ratio its share times `per_gpu`, rounded up (as plan's
+    note says); whole GPUs ask for them."""
+    kinds = Counter((task.opted_in, task.gpus) for task in tasks_from_trace(TRACE.read_text()))
+    documents = []
+    for index, ((opted_in, gpus), count) in enumerate(sorted(kinds.items())):
+        if not gpus:
+            continue
+        annotations = (
+            {"castops.io/optimize": "true", SLICE_RATIO: str(math.ceil(gpus * per_gpu))}
+            if opted_in
+            else {}
+        )
+        limits = {"nvidia.com/gpu": 1 if opted_in else math.ceil(gpus)}
+        documents.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"kind-{index}"},
+                "spec": {
+                    "replicas": count,
+                    "selector": {"matchLabels": {"kind": str(index)}},
+                    "template": {
+                        "metadata": {"labels": {"kind": str(index)}, "annotations": annotations},
+                        "spec": {
+                            "containers": [
+                                {"name": "task", "image": "registry.invalid/task:1",
+                                 "resources": {"limits": limits}}
+                            ]
+                        },
+                    },
+                },
+            }
+        )  # fmt: skip
+    return yaml.safe_dump_all(documents)
+
+
+def test_what_plan_recommends_for_the_trace_applied_as_printed_gives_its_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The recommendation and each backend's best (the table's other rows are held by the
+    # test above, on manifests: the trace through preview takes seconds a configuration).
+    today: dict[str, str] = {}
+    result = json.loads(
+        castslice(monkeypatch, capsys, today, "plan", "--trace", str(TRACE), "-o", "json")
+    )
+    assert result["recommendation"]["environment"]["CASTSLICE_SLICES_PER_GPU"] == "100"
+    for promised in [result["recommendation"], *result["recommendedPerBackend"].values()]:
+        if promised["settings"]["slicesPerGpu"] != load_config(today).slices_per_gpu:
+            assert any("slice-ratio its share of a GPU times" in note for note in promised["notes"])
+        manifests = trace_manifests(promised["settings"]["slicesPerGpu"])
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)

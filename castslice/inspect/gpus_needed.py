@@ -182,6 +182,7 @@ class Plan:
                     "settings": item.settings,
                     "environment": item.environment,
                     "notes": list(item.notes),
+                    "sliceRatios": item.ratios,
                     "gpus": item.gpus,
                 }
                 for backend, item in self.per_backend.items()
