@@ -163,6 +163,11 @@ def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     assert [pool.label for pool in result.per_backend["dra"].pools] == [
         "shares of 100 and whole GPUs"
     ]
+    # No backend named: the backend whose best needs fewest, and fewest groups of nodes.
+    anywhere = plan(load_config({}), tasks, named_backend=False)
+    assert anywhere.best.name == "dra S=100"
+    assert anywhere.best.environment["CASTSLICE_BACKEND"] == "dra"
+    assert any("castslice claim-templates" in note for note in anywhere.best.notes)
 
 
 def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -251,6 +256,7 @@ def test_today_is_the_configuration_the_flags_set() -> None:
 
 # --- Each configuration plan prints, applied as printed, gives plan's figure. --------------
 
+EXAMPLE = (ROOT / "examples" / "pytorchjob.yaml").read_text()
 ISSUE_DEPLOYMENT = """\
 apiVersion: apps/v1
 kind: Deployment
@@ -455,3 +461,56 @@ def test_what_plan_recommends_for_the_trace_applied_as_printed_gives_its_figure(
             assert any("slice-ratio its share of a GPU times" in note for note in promised["notes"])
         manifests = trace_manifests(promised["settings"]["slicesPerGpu"])
         applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+
+
+def test_plan_keeps_to_a_named_backend_and_lists_the_others_as_if_the_nodes_offered_them() -> None:
+    done = run("--trace", str(TRACE), "--backend", "gke")
+    assert done.returncode == 0, done.stderr
+    recommended = done.stdout.split("Recommended: ", 1)[1]
+    assert recommended.startswith("gke pools 2,4: 6556 GPUs, 646 fewer than today")
+    assert "  CASTSLICE_SHARING_DEGREES=2,4\n" in recommended
+    assert "CASTSLICE_BACKEND" not in recommended.split("If your nodes offered")[0]
+    offered = [line for line in done.stdout.splitlines() if line.startswith("If your nodes")]
+    assert [line.split(":")[0] for line in offered] == [
+        "If your nodes offered resource",
+        "If your nodes offered dra",
+    ]
+    assert "(CASTSLICE_BACKEND=dra CASTSLICE_SLICES_PER_GPU=100 " in offered[1]
+
+
+@pytest.mark.parametrize(
+    ("manifests", "argv", "why"),
+    [
+        # slice-ratio 8 of 4: two whole GPUs a Pod, whatever the setting; more than asked.
+        (ISSUE_DEPLOYMENT, [], "sharing saves no GPU for this workload"),
+        (ISSUE_DEPLOYMENT, ["--backend", "nvidia"], "no nvidia setting needs fewer GPUs"),
+        (EXAMPLE, [], "no backend's setting needs fewer GPUs than today's 1"),
+    ],
+)
+def test_plan_says_to_keep_the_settings_when_no_change_gains_a_gpu(
+    manifests: str, argv: list[str], why: str
+) -> None:
+    done = run("-f", "-", *argv, stdin=manifests)
+    (recommended,) = [line for line in done.stdout.splitlines() if "Recommended" in line]
+    assert recommended.startswith("Recommended: keep the current settings (CASTSLICE_BACKEND=")
+    assert why in recommended
+    assert "+0" not in recommended and "0 fewer" not in recommended
+
+
+def test_no_sharing_is_what_the_containers_ask_for_and_warnings_name_pods_as_preview_does() -> None:
+    done = run("-f", "-", "-o", "json", stdin=EXAMPLE)
+    result = json.loads(done.stdout)
+    # Master asks for 1 GPU, Worker for 4: five GPUs without CastSlice.
+    assert result["noSharing"]["gpus"] == 1 + 4
+    table = run("-f", "-", stdin=EXAMPLE).stdout
+    preview = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", "-f", "-"], input=EXAMPLE,
+        capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    (warning,) = [line for line in preview.stderr.splitlines() if line.startswith("Warning: ")]
+    named = warning.removeprefix("Warning: ")
+    assert named == (
+        'PyTorchJob research/mnist: Worker: container "pytorch" asked for 4 nvidia.com/gpu; '
+        "castslice gives it 1/2 of a GPU"
+    )
+    assert f"Warning: today: {named}\n" in table

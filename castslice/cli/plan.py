@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from castslice.cli import EXIT_OK, CommandError
-from castslice.cli.flags import config_from
+from castslice.cli.flags import config_from, effective_environment
 from castslice.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
@@ -89,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     if not any(task.gpus for task in tasks):
         raise CommandError("the workload asks for no GPUs: nothing to plan")
-    result = plan(config, tasks)
+    # A backend the user named (flag or variable) is the nodes': the plan keeps to it.
+    named = effective_environment(args, os.environ).get("CASTSLICE_BACKEND") is not None
+    result = plan(config, tasks, named)
     if args.output == "json":
         print(json.dumps(result.as_dict(), indent=2))
     elif args.output == "yaml":

@@ -137,7 +137,7 @@ class Plan:
     candidates: list[Estimate] = field(default_factory=list)
     # Each backend's recommended candidate, by backend name.
     per_backend: dict[str, Estimate] = field(default_factory=dict)
-    # Today's backend: the recommendation keeps to it (the GPU nodes decide the backend).
+    # The recommendation's backend: today's when the user named it (the GPU nodes decide).
     backend: str = "resource"
     # Why today's settings are kept, when no candidate of today's backend needs fewer GPUs.
     keep: str = ""
@@ -498,14 +498,15 @@ def changes(today: Config, candidate: Config, tasks: Sequence[Task]) -> Changes:
                 f"each task's Pod: castops.io/slice-ratio its share of a GPU times {per_gpu}, "
                 "rounded up"
             )
-        if backend_for(candidate).claim_templates() is not None:
-            notes.append(
-                "render the claim templates again with these settings (castslice "
-                "claim-templates) before the Pods are created"
-            )
     most = max([candidate.max_slice_ratio, *ratios.values()])
     if most != today.max_slice_ratio:
         environment["CASTSLICE_MAX_SLICE_RATIO"] = str(most)
+    if environment and backend_for(candidate).claim_templates() is not None:
+        # Its Pods claim from a template per slice count the settings can produce.
+        notes.append(
+            "render the claim templates with these settings (castslice claim-templates) "
+            "before the Pods are created"
+        )
     return Changes(environment, tuple(notes), ratios, reshared)
 
 
@@ -564,11 +565,12 @@ def _ratio_notes(
     return notes, reshared
 
 
-def plan(config: Config, tasks: Sequence[Task]) -> Plan:
+def plan(config: Config, tasks: Sequence[Task], named_backend: bool = True) -> Plan:
     """Every candidate's estimate, today's and no sharing; per backend the recommended one is
     the coarsest setting within WORTH_IT of that backend's fewest GPUs. The plan recommends
-    today's backend's (the GPU nodes decide the backend), if it needs fewer GPUs than today;
-    else it keeps today's settings and says why."""
+    today's backend's when the user named it (the GPU nodes decide the backend), else the
+    backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
+    today, else it keeps today's settings and says why."""
     estimates = []
     for name, candidate in candidate_configs(config):
         change = changes(config, candidate, tasks)
@@ -585,10 +587,15 @@ def plan(config: Config, tasks: Sequence[Task]) -> Plan:
     chosen = _per_backend(estimates, config)
     today = estimate(config, tasks, "today")
     without = no_sharing(tasks)
-    mine = chosen[config.backend]
+    mine = (
+        chosen[config.backend]
+        if named_backend
+        else min(chosen.values(), key=lambda item: (item.gpus, _coarseness(item, config)))
+    )
     keep = ""
     if mine.gpus >= today.gpus:
-        keep = f"no {config.backend} setting needs fewer GPUs than today's {today.gpus}" + (
+        which = f"{config.backend} setting" if named_backend else "backend's setting"
+        keep = f"no {which} needs fewer GPUs than today's {today.gpus}" + (
             "; sharing saves no GPU for this workload" if today.gpus >= without.gpus else ""
         )
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
@@ -602,7 +609,7 @@ def plan(config: Config, tasks: Sequence[Task]) -> Plan:
         today,
         kept,
         chosen,
-        config.backend,
+        mine.settings["backend"],
         keep,
     )
 
