@@ -653,26 +653,43 @@ spec:
         ),
     ],
 )
-def test_a_gpu_count_the_api_server_refuses_is_warned_and_not_rewritten(
+def test_a_gpu_count_the_api_server_refuses_is_warned(
     preview: Callable[..., Ran], resources: str, why: str
 ) -> None:
-    # Kubernetes v1.37.2 validation.go refuses these for an extended resource: a quantity
-    # it cannot parse, a negative or fractional count, a request without an equal limit.
+    # Kubernetes v1.37.2 refuses these for an extended resource: a quantity it cannot parse
+    # (decoding, before any admission), a negative or fractional count, a request without an
+    # equal limit (validation.go, after mutating admission). A workload's template is
+    # validated when the workload is created; a Pod, once CastSlice has rewritten it.
     pod = REFUSED_POD.replace("RESOURCES", resources)
+    plain_pod = pod.replace('annotations: {castops.io/optimize: "true"}', "labels: {a: b}")
     opted_in = (
         'metadata:\n      labels: {app: plain}\n      annotations: {castops.io/optimize: "true"}'
     )
     deployment = PLAIN_DEPLOYMENT.replace("metadata: {labels: {app: plain}}", opted_in)
     deployment = deployment.replace("{limits: {nvidia.com/gpu: 1}}", resources)
-    for manifest, kind in ((pod, "Pod"), (deployment, "Deployment")):
+    unreadable = "is not a quantity" in why
+    refused = [(plain_pod, "Pod"), (deployment, "Deployment")]
+    for manifest, kind in [(pod, "Pod")] * unreadable + refused:
         ran = preview("-f", "-", stdin=manifest.encode())
         assert ran.code == 0
         # (A Deployment may also carry the workload check's own warnings.)
-        (warning,) = [line for line in ran.warnings if "refuses" in line]
+        (warning,) = [line for line in ran.warnings if "refuse" in line]
         assert f'the API server refuses this {kind}, container "app": ' in warning
         assert why in warning and warning.endswith("castslice leaves it unchanged")
         assert yaml.safe_load(ran.out) == yaml.safe_load(manifest)
         assert "0 sliced, 1 left unchanged" in ran.err
+    if not unreadable:
+        # The API server calls CastSlice before it validates: the rewrite replaces the count.
+        ran = preview("-f", "-", stdin=pod.encode())
+        (warning,) = [line for line in ran.warnings if "refuse" in line]
+        assert 'Pod default/odd: container "app": ' in warning and why in warning
+        assert warning.endswith(
+            ": the API server would refuse that, but castslice's rewrite replaces the count, "
+            "so the Pod is admitted"
+        )
+        assert yaml.safe_load(ran.out)["spec"]["containers"][0]["resources"] == {
+            "limits": {"nvidia.com/gpu-shared": "1"}
+        } | ({"requests": {"nvidia.com/gpu-shared": "1"}} if "requests" in resources else {})
 
 
 def test_every_count_the_api_server_takes_is_rewritten(preview: Callable[..., Ran]) -> None:
