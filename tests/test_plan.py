@@ -143,7 +143,8 @@ def test_a_pod_castslice_rewrote_counts_its_share_and_one_left_alone_its_gpus() 
 
 def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     tasks = tasks_from_trace(TRACE.read_text())
-    result = plan(load_config({}), tasks)
+    # Today's backend named (resource): the plan keeps to it.
+    result = plan(load_config({}), tasks, named_backend=True)
     assert result.no_sharing.gpus == 7433
     # 3078 fractional tasks: 2101 GPUs at S=4 as the issue counted, 4355 for whole-GPU tasks.
     assert result.today.gpus == 2101 + 4355

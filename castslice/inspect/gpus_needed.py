@@ -565,7 +565,7 @@ def _ratio_notes(
     return notes, reshared
 
 
-def plan(config: Config, tasks: Sequence[Task], named_backend: bool = True) -> Plan:
+def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> Plan:
     """Every candidate's estimate, today's and no sharing; per backend the recommended one is
     the coarsest setting within WORTH_IT of that backend's fewest GPUs. The plan recommends
     today's backend's when the user named it (the GPU nodes decide the backend), else the
