@@ -95,7 +95,7 @@ def test_shares_finer_than_the_pools_offer_and_multi_gpu_opt_ins_are_warned_abou
     assert warnings == (
         "pod/big: a slice count of more than one GPU: whole GPUs, and a share of several "
         "GPUs is not what sharing offers",
-        "1 task(s) need less than 1/2 of a GPU, the finest share the sharing nodes offer: "
+        "pod/small: need less than 1/2 of a GPU, the finest share the sharing nodes offer: "
         "they get more than they need",
     )
     assert estimate(config, shares("0.5"), "fine").warnings == ()

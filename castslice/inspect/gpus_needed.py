@@ -278,7 +278,7 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
     pools = pooled(config)
     whole_key: NodeKey = (config.gpu_resource, ())
     groups: dict[NodeKey, _Group] = {}
-    rounded, rounded_by, finer = 0, Fraction(0), 0
+    rounded, rounded_by = 0, Fraction(0)
     placements: dict[int, Placement] = {}
     # Tasks asking alike are counted once: a trace has thousands, of a few hundred kinds
     # (counted by integers: hashing a Fraction costs twenty times as much).
@@ -299,8 +299,6 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
         if given > gpus:
             rounded += count
             rounded_by += (given - gpus) * count
-            if pools and given < 1 and gpus < Fraction(1, max(config.sharing_degrees)):
-                finer += count
         if given.denominator == 1:
             group = groups.setdefault(whole_key, _Group())
             group.whole += int(given) * count
@@ -313,12 +311,7 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
         group.tasks += count
     found = [_pool(group, per_gpu) for group in groups.values()]
     found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
-    warnings = _named_warnings(config, tasks, placements)
-    if finer:
-        warnings.append(
-            f"{finer} task(s) need less than 1/{max(config.sharing_degrees)} of a GPU, the "
-            "finest share the sharing nodes offer: they get more than they need"
-        )
+    warnings = _named_warnings(config, tasks, placements, pools)
     total = sum(pool.gpus for pool in found)
     return Estimate(
         name, settings_of(config), total, tuple(found), rounded, rounded_by, tuple(warnings)
@@ -326,16 +319,21 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
 
 
 def _named_warnings(
-    config: Config, tasks: Sequence[Task], placements: Mapping[int, Placement]
+    config: Config, tasks: Sequence[Task], placements: Mapping[int, Placement], pools: bool
 ) -> list[str]:
-    """Each Pod the opt-in gives less than it asked for, in preview's words, and the Pods whose
-    share is more than one GPU (whole GPUs: sharing offers no share of several)."""
+    """Each Pod the opt-in gives less than it asked for, in preview's words; the Pods whose
+    share is more than one GPU (whole GPUs: sharing offers no share of several); and those
+    that need less than the finest share the sharing nodes offer."""
     fewer: dict[str, None] = {}
     several: Counter[str] = Counter()
+    finer: Counter[str] = Counter()
+    finest = Fraction(1, max(config.sharing_degrees))
     for task in tasks:
-        if not task.opted_in or (task.asked is None and task.gpus <= 1):
+        if not task.opted_in:
             continue
         given = placements[max(1, math.ceil(task.gpus * config.slices_per_gpu))].gpus
+        if pools and task.gpus < finest and task.gpus < given < 1:
+            finer[task.name] += 1
         if task.asked is not None and task.asked > 1 and given < task.asked:
             text = less_than_asked_text(task.container, str(task.asked), given, config.gpu_resource)
             fewer[f"{task.name}: {text}"] = None
@@ -346,6 +344,11 @@ def _named_warnings(
         warnings.append(
             f"{_some(several)}: a slice count of more than one GPU: whole GPUs, and a share "
             "of several GPUs is not what sharing offers"
+        )
+    if finer:
+        warnings.append(
+            f"{_some(finer)}: need less than {share_text(finest)}, the finest share the "
+            "sharing nodes offer: they get more than they need"
         )
     return warnings
 
