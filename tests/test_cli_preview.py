@@ -624,3 +624,79 @@ def test_pods_the_api_server_never_sends_are_shown_as_not_sent(
         "(no Pods); 0 warnings; resource backend\n"
     )
     assert yaml.safe_load(sliced.out) != yaml.safe_load(ANNOTATED_POD)
+
+
+REFUSED_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: odd, annotations: {castops.io/optimize: "true"}}
+spec:
+  containers:
+    - name: app
+      image: registry.example/app:1
+      resources: RESOURCES
+"""
+
+
+@pytest.mark.parametrize(
+    ("resources", "why"),
+    [
+        ("{limits: {nvidia.com/gpu: one}}", 'limits nvidia.com/gpu "one" is not a quantity'),
+        ("{limits: {nvidia.com/gpu: '\u00b9'}}", 'limits nvidia.com/gpu "\\xb9" is not a quantity'),
+        ("{limits: {nvidia.com/gpu: -1}}", '"-1" must be greater than or equal to 0'),
+        ("{limits: {nvidia.com/gpu: '0.5'}}", '"0.5" must be an integer'),
+        ("{limits: {nvidia.com/gpu: 500m}}", '"500m" must be an integer'),
+        ("{requests: {nvidia.com/gpu: 1}}", "without a limit (a limit must be set)"),
+        (
+            "{requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 2}}",
+            'requests nvidia.com/gpu "1" must equal its limit "2"',
+        ),
+    ],
+)
+def test_a_gpu_count_the_api_server_refuses_is_warned(
+    preview: Callable[..., Ran], resources: str, why: str
+) -> None:
+    # Kubernetes v1.37.2 refuses these for an extended resource: a quantity it cannot parse
+    # (decoding, before any admission), a negative or fractional count, a request without an
+    # equal limit (validation.go, after mutating admission). A workload's template is
+    # validated when the workload is created; a Pod, once CastSlice has rewritten it.
+    pod = REFUSED_POD.replace("RESOURCES", resources)
+    plain_pod = pod.replace('annotations: {castops.io/optimize: "true"}', "labels: {a: b}")
+    opted_in = (
+        'metadata:\n      labels: {app: plain}\n      annotations: {castops.io/optimize: "true"}'
+    )
+    deployment = PLAIN_DEPLOYMENT.replace("metadata: {labels: {app: plain}}", opted_in)
+    deployment = deployment.replace("{limits: {nvidia.com/gpu: 1}}", resources)
+    unreadable = "is not a quantity" in why
+    refused = [(plain_pod, "Pod"), (deployment, "Deployment")]
+    for manifest, kind in [(pod, "Pod")] * unreadable + refused:
+        ran = preview("-f", "-", stdin=manifest.encode())
+        assert ran.code == 0
+        # (A Deployment may also carry the workload check's own warnings.)
+        (warning,) = [line for line in ran.warnings if "refuse" in line]
+        assert f'the API server refuses this {kind}, container "app": ' in warning
+        assert why in warning and warning.endswith("castslice leaves it unchanged")
+        assert yaml.safe_load(ran.out) == yaml.safe_load(manifest)
+        assert "0 sliced, 1 left unchanged" in ran.err
+    if not unreadable:
+        # The API server calls CastSlice before it validates: the rewrite replaces the count.
+        ran = preview("-f", "-", stdin=pod.encode())
+        (warning,) = [line for line in ran.warnings if "refuse" in line]
+        assert 'Pod default/odd: container "app": ' in warning and why in warning
+        assert warning.endswith(
+            ": the API server would refuse that, but castslice's rewrite replaces the count, "
+            "so the Pod is admitted"
+        )
+        assert yaml.safe_load(ran.out)["spec"]["containers"][0]["resources"] == {
+            "limits": {"nvidia.com/gpu-shared": "1"}
+        } | ({"requests": {"nvidia.com/gpu-shared": "1"}} if "requests" in resources else {})
+
+
+def test_every_count_the_api_server_takes_is_rewritten(preview: Callable[..., Ran]) -> None:
+    for quantity in ("1", "'2'", "1e0", "1000m", "1k"):
+        pod = REFUSED_POD.replace("RESOURCES", f"{{limits: {{nvidia.com/gpu: {quantity}}}}}")
+        ran = preview("-f", "-", stdin=pod.encode())
+        assert "1 sliced" in ran.err and "refuses" not in ran.err, quantity
+        assert yaml.safe_load(ran.out)["spec"]["containers"][0]["resources"] == {
+            "limits": {"nvidia.com/gpu-shared": "1"}
+        }

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import math
+import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -86,10 +90,14 @@ def test_a_pool_backend_gives_a_whole_gpu_to_a_share_no_pool_fits() -> None:
 
 def test_shares_finer_than_the_pools_offer_and_multi_gpu_opt_ins_are_warned_about() -> None:
     config = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2"})
-    warnings = estimate(config, shares("0.1", "3"), "w").warnings
-    assert len(warnings) == 2
-    assert "1 opted-in task(s) ask for more than one GPU" in warnings[0]
-    assert "1 task(s) need less than 1/2 of a GPU" in warnings[1]
+    mix = [Task(Fraction(1, 10), True, "pod/small"), Task(Fraction(3), True, "pod/big")]
+    warnings = estimate(config, mix, "w").warnings
+    assert warnings == (
+        "pod/big: a slice count of more than one GPU: whole GPUs, and a share of several "
+        "GPUs is not what sharing offers",
+        "pod/small: need less than 1/2 of a GPU, the finest share the sharing nodes offer: "
+        "they get more than they need",
+    )
     assert estimate(config, shares("0.5"), "fine").warnings == ()
 
 
@@ -135,16 +143,32 @@ def test_a_pod_castslice_rewrote_counts_its_share_and_one_left_alone_its_gpus() 
 
 def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     tasks = tasks_from_trace(TRACE.read_text())
-    result = plan(load_config({}), tasks)
+    # Today's backend named (resource): the plan keeps to it.
+    result = plan(load_config({}), tasks, named_backend=True)
     assert result.no_sharing.gpus == 7433
     # 3078 fractional tasks: 2101 GPUs at S=4 as the issue counted, 4355 for whole-GPU tasks.
     assert result.today.gpus == 2101 + 4355
     assert result.best.gpus == result.ideal == 6087
-    # resource at S=100 needs as many GPUs, but splits the nodes into shared and plain ones.
-    assert result.per_backend["resource"].gpus == 6087
-    assert len(result.per_backend["resource"].pools) == 2
-    assert result.best.name == "dra S=100"
-    assert [pool.label for pool in result.best.pools] == ["shares of 100 and whole GPUs"]
+    # Today's backend, resource, at S=100: the presets scaled to keep their shares.
+    assert result.best.name == "resource S=100"
+    assert result.best.environment == {
+        "CASTSLICE_SLICES_PER_GPU": "100",
+        "CASTSLICE_PRESETS": "training=100,inference=50,batch=50,dev=25",
+        "CASTSLICE_DEFAULT_SLICES": "25",
+    }
+    # dra needs as many GPUs without splitting the nodes into shared and plain ones: it is
+    # listed for nodes that offer it.
+    assert len(result.best.pools) == 2
+    assert [item.name for item in result.elsewhere] == []
+    assert result.per_backend["dra"].name == "dra S=100"
+    assert [pool.label for pool in result.per_backend["dra"].pools] == [
+        "shares of 100 and whole GPUs"
+    ]
+    # No backend named: the backend whose best needs fewest, and fewest groups of nodes.
+    anywhere = plan(load_config({}), tasks, named_backend=False)
+    assert anywhere.best.name == "dra S=100"
+    assert anywhere.best.environment["CASTSLICE_BACKEND"] == "dra"
+    assert any("castslice claim-templates" in note for note in anywhere.best.notes)
 
 
 def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -202,7 +226,9 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
     as_yaml = yaml.safe_load(run("-f", "-", "-o", "yaml", stdin=DEPLOYMENT).stdout)
     table = run("-f", "-", "--plot", str(chart), stdin=DEPLOYMENT)
     assert table.returncode == 0, table.stderr
-    assert f"Recommended: {as_yaml['recommended']} " in table.stdout
+    assert as_yaml["keep"] and as_yaml["recommended"] == "today"
+    assert "Recommended: keep the current settings (CASTSLICE_BACKEND=resource " in table.stdout
+    assert as_yaml["keep"] in table.stdout
     svg = chart.read_text()
     assert svg.startswith("<svg") and f"perfect packing {as_yaml['perfectPacking']}" in svg
     assert svg.count("<rect") == len(as_yaml["candidates"]) + 2
@@ -227,3 +253,265 @@ def test_today_is_the_configuration_the_flags_set() -> None:
     config = load_config({"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "10"})
     mix = shares("0.13", "0.13")
     assert plan(config, mix).today.gpus == estimate(replace(config), mix, "x").gpus == 1
+
+
+# --- Each configuration plan prints, applied as printed, gives plan's figure. --------------
+
+EXAMPLE = (ROOT / "examples" / "pytorchjob.yaml").read_text()
+ISSUE_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: infer}}
+  template:
+    metadata:
+      labels: {app: infer}
+      annotations: {castops.io/optimize: "true", castops.io/slice-ratio: "8"}
+    spec:
+      containers:
+        - name: app
+          image: registry.invalid/app:1
+          resources: {limits: {nvidia.com/gpu: 1}}
+"""
+SLICE_RATIO = "castops.io/slice-ratio"
+# The node labels each sharing backend places a share with: clients per GPU.
+DEGREE_LABELS = ("nvidia.com/gpu.replicas", "cloud.google.com/gke-max-shared-clients-per-gpu")
+
+
+def castslice(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    environment: dict[str, str],
+    *argv: str,
+    stdin: str = "",
+) -> str:
+    """`castslice ARGV` in this process with exactly these CASTSLICE_* settings."""
+    for name in [name for name in os.environ if name.startswith("CASTSLICE_")]:
+        monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def reference(item: dict) -> str:
+    metadata = item["metadata"]
+    return f"{item['kind']} {metadata.get('namespace') or 'default'}/{metadata['name']}"
+
+
+def templates_of(item: dict) -> list[tuple[str, dict, int]]:
+    """(how plan names its Pods, the Pod template, how many Pods) of a Pod, a Deployment or
+    a PyTorchJob, the kinds these tests use."""
+    if item["kind"] == "Pod":
+        return [(reference(item), item, 1)]
+    if item["kind"] == "Deployment":
+        return [(reference(item), item["spec"]["template"], item["spec"].get("replicas", 1))]
+    specs = item["spec"]["pytorchReplicaSpecs"]
+    return [
+        (f"{reference(item)}: {kind}", spec["template"], spec.get("replicas", 1))
+        for kind, spec in specs.items()
+    ]
+
+
+def with_ratios(text: str, ratios: dict[str, int]) -> str:
+    """The manifests with each Pod's castops.io/slice-ratio set as plan printed it."""
+    items = [item for item in yaml.safe_load_all(text) if item]
+    for item in items:
+        for name, template, _ in templates_of(item):
+            if name in ratios:
+                template["metadata"]["annotations"][SLICE_RATIO] = str(ratios.pop(name))
+    assert not ratios, f"plan named Pods the manifests do not have: {ratios}"
+    return yaml.safe_dump_all(items)
+
+
+def gpus_given(previewed: dict, environment: dict[str, str]) -> int:
+    """GPUs the Pods preview shows need, counted from what each container was given: whole
+    GPUs, a share of a pool of M clients per GPU (its node label), a count of the shared
+    resource or (dra) of the record's slices; each pool's shares packed onto whole GPUs."""
+    config = load_config(environment)
+    per_gpu = config.slices_per_gpu
+    whole, pools = 0, Counter[object]()
+    for item in previewed["items"]:
+        for _, template, copies in templates_of(item):
+            spec = template["spec"]
+            record = (template["metadata"].get("annotations") or {}).get(
+                "castslice.castops.io/applied"
+            )
+            degree = next(
+                (int(value) for key, value in (spec.get("nodeSelector") or {}).items()
+                 if key in DEGREE_LABELS), None,
+            )  # fmt: skip
+            for container in spec["containers"]:
+                limits = (container.get("resources") or {}).get("limits") or {}
+                if degree:
+                    pools[degree] += Fraction(copies, degree)
+                elif config.shared_resource in limits:
+                    pools["shared"] += Fraction(
+                        int(limits[config.shared_resource]) * copies, per_gpu
+                    )
+                elif "nvidia.com/gpu" in limits:
+                    whole += int(limits["nvidia.com/gpu"]) * copies
+                elif record and container.get("resources", {}).get("claims"):
+                    slices = json.loads(record)["slices"]
+                    if slices < per_gpu:
+                        pools["claims"] += Fraction(slices * copies, per_gpu)
+                    else:
+                        whole += -(-slices // per_gpu) * copies
+    return whole + sum(math.ceil(shares) for shares in pools.values())
+
+
+def applied_as_printed(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    today: dict[str, str],
+    promised: dict,
+    manifests: str,
+) -> None:
+    environment = {**today, **promised["environment"]}
+    text = with_ratios(manifests, dict(promised["sliceRatios"]))
+    again = json.loads(castslice(monkeypatch, capsys, environment, "plan", "-f", "-", "-o",
+                                 "json", stdin=text))  # fmt: skip
+    assert again["today"]["gpus"] == promised["gpus"], promised["name"]
+    previewed = json.loads(castslice(monkeypatch, capsys, environment, "preview", "-f", "-",
+                                     "-o", "json", stdin=text))  # fmt: skip
+    assert gpus_given(previewed, environment) == promised["gpus"], promised["name"]
+
+
+@pytest.mark.parametrize(
+    ("manifests", "today"),
+    [
+        ((ROOT / "examples" / "pytorchjob.yaml").read_text(), {}),
+        ((ROOT / "examples" / "pytorchjob.yaml").read_text(), {"CASTSLICE_BACKEND": "nvidia"}),
+        (ISSUE_DEPLOYMENT, {}),
+        (ISSUE_DEPLOYMENT, {"CASTSLICE_BACKEND": "gke", "CASTSLICE_SHARING_DEGREES": "2"}),
+        (DEPLOYMENT, {"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SLICES_PER_GPU": "8"}),
+    ],
+    ids=["pytorchjob", "pytorchjob-nvidia", "issue", "issue-gke", "notebooks-nvidia-8"],
+)
+def test_every_configuration_plan_prints_applied_as_printed_gives_its_figure(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    manifests: str,
+    today: dict[str, str],
+) -> None:
+    result = json.loads(
+        castslice(monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=manifests)
+    )
+    shown = [result["recommendation"], *result["candidates"]]
+    for promised in shown:
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+    # Every backend's best, printed as "if your nodes offered" when it needs fewer.
+    for promised in result["recommendedPerBackend"].values():
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+
+
+def trace_manifests(per_gpu: int) -> str:
+    """The trace as Deployments, one per kind of task with its count as replicas: a share
+    opts in with castops.io/slice-ratio its share times `per_gpu`, rounded up (as plan's
+    note says); whole GPUs ask for them."""
+    kinds = Counter((task.opted_in, task.gpus) for task in tasks_from_trace(TRACE.read_text()))
+    documents = []
+    for index, ((opted_in, gpus), count) in enumerate(sorted(kinds.items())):
+        if not gpus:
+            continue
+        annotations = (
+            {"castops.io/optimize": "true", SLICE_RATIO: str(math.ceil(gpus * per_gpu))}
+            if opted_in
+            else {}
+        )
+        limits = {"nvidia.com/gpu": 1 if opted_in else math.ceil(gpus)}
+        documents.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"kind-{index}"},
+                "spec": {
+                    "replicas": count,
+                    "selector": {"matchLabels": {"kind": str(index)}},
+                    "template": {
+                        "metadata": {"labels": {"kind": str(index)}, "annotations": annotations},
+                        "spec": {
+                            "containers": [
+                                {"name": "task", "image": "registry.invalid/task:1",
+                                 "resources": {"limits": limits}}
+                            ]
+                        },
+                    },
+                },
+            }
+        )  # fmt: skip
+    return yaml.safe_dump_all(documents)
+
+
+def test_what_plan_recommends_for_the_trace_applied_as_printed_gives_its_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The recommendation and each backend's best (the table's other rows are held by the
+    # test above, on manifests: the trace through preview takes seconds a configuration).
+    today: dict[str, str] = {}
+    result = json.loads(
+        castslice(monkeypatch, capsys, today, "plan", "--trace", str(TRACE), "-o", "json")
+    )
+    assert result["recommendation"]["environment"]["CASTSLICE_SLICES_PER_GPU"] == "100"
+    for promised in [result["recommendation"], *result["recommendedPerBackend"].values()]:
+        if promised["settings"]["slicesPerGpu"] != load_config(today).slices_per_gpu:
+            assert any("slice-ratio its share of a GPU times" in note for note in promised["notes"])
+        manifests = trace_manifests(promised["settings"]["slicesPerGpu"])
+        applied_as_printed(monkeypatch, capsys, today, promised, manifests)
+
+
+def test_plan_keeps_to_a_named_backend_and_lists_the_others_as_if_the_nodes_offered_them() -> None:
+    done = run("--trace", str(TRACE), "--backend", "gke")
+    assert done.returncode == 0, done.stderr
+    recommended = done.stdout.split("Recommended: ", 1)[1]
+    assert recommended.startswith("gke pools 2,4: 6556 GPUs, 646 fewer than today")
+    assert "  CASTSLICE_SHARING_DEGREES=2,4\n" in recommended
+    assert "CASTSLICE_BACKEND" not in recommended.split("If your nodes offered")[0]
+    offered = [line for line in done.stdout.splitlines() if line.startswith("If your nodes")]
+    assert [line.split(":")[0] for line in offered] == [
+        "If your nodes offered resource",
+        "If your nodes offered dra",
+    ]
+    assert "(CASTSLICE_BACKEND=dra CASTSLICE_SLICES_PER_GPU=100 " in offered[1]
+
+
+@pytest.mark.parametrize(
+    ("manifests", "argv", "why"),
+    [
+        # slice-ratio 8 of 4: two whole GPUs a Pod, whatever the setting; more than asked.
+        (ISSUE_DEPLOYMENT, [], "sharing saves no GPU for this workload"),
+        (ISSUE_DEPLOYMENT, ["--backend", "nvidia"], "no nvidia setting needs fewer GPUs"),
+        (EXAMPLE, [], "no backend's setting needs fewer GPUs than today's 1"),
+    ],
+)
+def test_plan_says_to_keep_the_settings_when_no_change_gains_a_gpu(
+    manifests: str, argv: list[str], why: str
+) -> None:
+    done = run("-f", "-", *argv, stdin=manifests)
+    (recommended,) = [line for line in done.stdout.splitlines() if "Recommended" in line]
+    assert recommended.startswith("Recommended: keep the current settings (CASTSLICE_BACKEND=")
+    assert why in recommended
+    assert "+0" not in recommended and "0 fewer" not in recommended
+
+
+def test_no_sharing_is_what_the_containers_ask_for_and_warnings_name_pods_as_preview_does() -> None:
+    done = run("-f", "-", "-o", "json", stdin=EXAMPLE)
+    result = json.loads(done.stdout)
+    # Master asks for 1 GPU, Worker for 4: five GPUs without CastSlice.
+    assert result["noSharing"]["gpus"] == 1 + 4
+    table = run("-f", "-", stdin=EXAMPLE).stdout
+    preview = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", "-f", "-"], input=EXAMPLE,
+        capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    (warning,) = [line for line in preview.stderr.splitlines() if line.startswith("Warning: ")]
+    named = warning.removeprefix("Warning: ")
+    assert named == (
+        'PyTorchJob research/mnist: Worker: container "pytorch" asked for 4 nvidia.com/gpu; '
+        "castslice gives it 1/2 of a GPU"
+    )
+    assert f"Warning: today: {named}\n" in table

@@ -311,7 +311,8 @@ class NodeGpuView:
 
 def label_count(value: str | None) -> int | None:
     """A node label that counts something (replicas, clients per GPU), or None when it does not."""
-    return int(value) if value and value.isdigit() and int(value) >= 1 else None
+    # ASCII digits only: "¹" is a digit to str.isdigit() and no number to int().
+    return int(value) if value and value.isascii() and value.isdigit() and int(value) >= 1 else None
 
 
 def _node_place_key(node: str, resource: str) -> str:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from castslice.cli import EXIT_OK, CommandError
-from castslice.cli.flags import config_from
+from castslice.cli.flags import config_from, effective_environment
 from castslice.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
@@ -89,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(error)) from None
     if not any(task.gpus for task in tasks):
         raise CommandError("the workload asks for no GPUs: nothing to plan")
-    result = plan(config, tasks)
+    # A backend the user named (flag or variable) is the nodes': the plan keeps to it.
+    named = effective_environment(args, os.environ).get("CASTSLICE_BACKEND") is not None
+    result = plan(config, tasks, named)
     if args.output == "json":
         print(json.dumps(result.as_dict(), indent=2))
     elif args.output == "yaml":
@@ -119,28 +122,40 @@ def _tasks(args: argparse.Namespace, config: Config) -> list[Task]:
 
 
 def _manifest_tasks(paths: Sequence[str], namespace: str | None, config: Config) -> list[Task]:
-    """Each Pod as CastSlice leaves it, and each workload's Pods times its replicas."""
+    """Each Pod as CastSlice leaves it, and each workload's Pods times their replicas; each
+    named as preview names it."""
     admission = Admission(config)
     tasks: list[Task] = []
     for document in read_documents(paths, sys.stdin.buffer):
         for where, manifest in objects(document):
-            after = preview(admission, where, manifest, namespace).after
+            shown = preview(admission, where, manifest, namespace)
+            after = shown.after
             kind = manifest_kind(after)
             if kind == POD_KIND:
-                tasks += tasks_from_pod(after, config)
+                tasks += tasks_from_pod(after, config, shown.reference)
                 continue
             workload = kind_of(kind)
             if workload is None:
                 continue
-            copies = _replicas(after)
             for template in read_templates(workload, after):
                 if template.pod is not None:
-                    tasks += tasks_from_pod(template.pod, config) * copies
+                    site = template.site
+                    name = f"{shown.reference}: {site.label}" if site.label else shown.reference
+                    copies = _replicas(after, site.steps[:-1])
+                    tasks += tasks_from_pod(template.pod, config, name) * copies
     return tasks
 
 
-def _replicas(workload: dict[str, Any]) -> int:
-    """How many Pods a workload runs at once: `replicas`, or a Job's `parallelism`."""
+def _replicas(workload: dict[str, Any], around: Sequence[str | int]) -> int:
+    """How many Pods a template makes at once: the `replicas` beside it (an operator's
+    replica spec: PyTorchJob's Worker), else the workload's `replicas`, or a Job's
+    `parallelism`."""
+    holder: Any = workload
+    for step in around:
+        holder = holder[step]
+    value = holder.get("replicas") if isinstance(holder, dict) and around else None
+    if isinstance(value, int) and value >= 0:
+        return value
     spec = workload.get("spec") or {}
     for key in ("replicas", "parallelism"):
         value = spec.get(key)
@@ -199,22 +214,58 @@ def table(result: Plan) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-    best = result.best
-    settings = " ".join(f"{key}={value}" for key, value in environment_of(best.settings).items())
-    lines += [
-        "",
+    lines += ["", *summary(result)]
+    return "\n".join(lines) + "\n"
+
+
+def summary(result: Plan) -> list[str]:
+    """The recommendation, complete: every variable to set over today's, what else must
+    change with them; the other backends only as what their nodes would need; the warnings
+    of today's settings and of the recommended ones."""
+    best, today, without = result.best, result.today, result.no_sharing
+    lines = [
         f"{result.tasks} tasks, {result.opted_in} opted in; GPU demand {float(result.demand):.1f}, "
-        f"{result.ideal} GPUs if every share packed perfectly.",
-        f"Recommended: {best.name} ({settings}): {best.gpus} GPUs, "
-        f"{result.no_sharing.gpus - best.gpus} fewer than without sharing.",
+        f"{_gpus(result.ideal)} if every share packed perfectly."
     ]
+    if result.keep:
+        lines.append(
+            f"Recommended: keep the current settings ({_settings(today.settings)}): "
+            f"{_gpus(today.gpus)}, {_fewer(without.gpus - today.gpus)} than without sharing; "
+            f"{result.keep}."
+        )
+    else:
+        lines.append(
+            f"Recommended: {best.name}: {_gpus(best.gpus)}, {_fewer(today.gpus - best.gpus)} "
+            f"than today, {_fewer(without.gpus - best.gpus)} than without sharing. Set, over "
+            "today's settings:"
+        )
+        lines += [f"  {key}={value}" for key, value in best.environment.items()]
+        lines += [f"  and {note}" for note in best.notes]
+    for other in result.elsewhere:
+        settings = " ".join(f"{key}={value}" for key, value in other.environment.items())
+        lines.append(
+            f"If your nodes offered {other.settings['backend']}: {other.name} ({settings}): "
+            f"{_gpus(other.gpus)}" + (f"; and {'; and '.join(other.notes)}" if other.notes else "")
+        )
     seen: set[str] = set()
-    for item in [result.today, *result.candidates]:
+    for item in [today] if best is today else [today, best]:
         for warning in item.warnings:
             if warning not in seen:
                 seen.add(warning)
                 lines.append(f"Warning: {item.name}: {warning}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return " ".join(f"{key}={value}" for key, value in environment_of(settings).items())
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
+
+
+def _fewer(count: int) -> str:
+    return f"{count} fewer" if count >= 0 else f"{-count} more"
 
 
 def chart(result: Plan) -> str:

@@ -20,15 +20,15 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jsonpatch
 import msgspec
 
 from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
 from castslice.cli.flags import config_from
-from castslice.contract.definitions import WorkloadKind, templates
-from castslice.contract.patch import gpu_containers
+from castslice.contract.definitions import CONTAINER_LISTS, WorkloadKind, templates
+from castslice.contract.patch import gpu_containers, quantity_value, refused_requirements
 from castslice.contract.review import (
     POD_KIND,
     GroupVersionKind,
@@ -38,7 +38,7 @@ from castslice.contract.review import (
 )
 from castslice.decision.admission import Admission
 from castslice.decision.outcome import Outcome
-from castslice.decision.slices import is_opted_in
+from castslice.decision.slices import is_opted_in, shorten
 from castslice.decision.workloads import kind_of, own_annotations
 from castslice.render.manifests import (
     Document,
@@ -183,11 +183,27 @@ def preview(
     reference = f"{manifest['kind']} {namespace}/{_name(manifest)}"
     config = admission.config
     if kind == POD_KIND:
+        refused = refused_gpu_counts(manifest, config.gpu_resource)
+        if refused and refused.unreadable:
+            # The API server cannot even decode it: CastSlice never sees it.
+            return Preview(reference, manifest, manifest, "unchanged", [refused_text(refused)])
         outcome, after = _review_pod(admission, where, manifest, namespace, "")
         selection = sends_pod(config, manifest, namespace)
+        shared = admission.backend.shared_resource
+        left = [refused_gpu_counts(after, name) for name in (config.gpu_resource, shared)]
+        if refused and (not selection.sent or any(left)):
+            # Validation follows mutating admission: what CastSlice leaves is what is refused.
+            warning = refused_text(refused)
+            return Preview(reference, manifest, manifest, "unchanged", [warning], selection.why_not)
         if not selection.sent:
             return Preview(reference, manifest, manifest, "unchanged", [], selection.why_not)
-        return Preview(reference, manifest, after, _status(outcome), _warnings(outcome))
+        warnings = _warnings(outcome)
+        if refused:
+            warnings.append(
+                f"{refused.text}: the API server would refuse that, but castslice's rewrite "
+                "replaces the count, so the Pod is admitted"
+            )
+        return Preview(reference, manifest, after, _status(outcome), warnings)
 
     workload = kind_of(kind)
     if workload is None:
@@ -224,9 +240,14 @@ def _preview_templates(
         pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(made.template)}
         pod["metadata"] = pod.get("metadata") or {}
         pod["spec"] = pod.get("spec") or {}
+        named = f"{site.label}: " if site.label else ""
+        refused = refused_gpu_counts(pod, admission.config.gpu_resource)
+        if refused:
+            # The API server validates the template when the workload is created: no Pod.
+            warnings = [*warnings, named + refused_text(refused, manifest["kind"])]
+            continue
         outcome, pod_after = _review_pod(admission, where, pod, namespace, site.where)
         selection = sends_pod(admission.config, pod, namespace)
-        named = f"{site.label}: " if site.label else ""
         if (
             made.unseen is not None
             and is_opted_in(pod["metadata"].get("annotations") or {})
@@ -256,6 +277,43 @@ def _preview_templates(
     return Preview(
         reference, manifest, after, status, warnings, not_sent, operator_kind, cannot_preview
     )
+
+
+class Refused(NamedTuple):
+    """Why the API server refuses a Pod's GPU counts; `unreadable` when one is no quantity
+    at all, so that it cannot even decode the object."""
+
+    text: str
+    unreadable: bool
+
+
+def refused_gpu_counts(pod: dict[str, Any], gpu: str) -> Refused | None:
+    """Why the API server refuses the Pod's counts of `gpu`, an extended resource: a
+    quantity it cannot parse, a negative or fractional count, a request without a limit or
+    unequal to it; None when it takes them."""
+    spec = pod.get("spec")
+    for list_name in CONTAINER_LISTS:
+        listed = spec.get(list_name) if isinstance(spec, dict) else None
+        for index, container in enumerate(listed if isinstance(listed, list) else ()):
+            if not isinstance(container, dict):
+                continue
+            resources = container.get("resources")
+            why = refused_requirements(resources, gpu) if isinstance(resources, dict) else None
+            if why:
+                name = container.get("name") or f"{list_name}[{index}]"
+                counts = [
+                    values[gpu]
+                    for values in (resources.get("limits"), resources.get("requests"))
+                    if isinstance(values, dict) and gpu in values
+                ]
+                unreadable = any(quantity_value(count) is None for count in counts)
+                return Refused(f"container {shorten(str(name))}: {why}", unreadable)
+    return None
+
+
+def refused_text(refused: Refused, kind: str = "Pod") -> str:
+    """The warning for an object the API server refuses, as CastSlice would leave it."""
+    return f"the API server refuses this {kind}, {refused.text}; castslice leaves it unchanged"
 
 
 def diff(previews: list[Preview], backend: str) -> str:

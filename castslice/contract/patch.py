@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
@@ -16,6 +17,83 @@ from castslice.contract.kube import ObjectMeta, PodSpec, ResourceRequirements
 
 # A Kubernetes quantity whose digits are all 0, with any suffix: "0", "0.0", "0Ki", "0e3".
 _ZERO_QUANTITY = re.compile(r"[+-]?(?:0+(?:\.0*)?|\.0+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
+
+# A quantity as the API server parses one (k8s.io/apimachinery v0.37.2,
+# pkg/api/resource/quantity.go, parseQuantityString and its suffixer): a sign, ASCII digits
+# with an optional fraction, then a binary suffix, a decimal one or a decimal exponent.
+# Go's parser compares bytes with '0'..'9', so "¹" or "١" is no digit to it; Python's
+# [0-9] is ASCII only too (unlike \d or str.isdigit()).
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?=\.?[0-9])(?P<whole>[0-9]*)(?:\.(?P<fraction>[0-9]*))?"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+_BINARY = {prefix: 1024**power for power, prefix in enumerate("KMGTPE", start=1)}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# Go's parser refuses exponents beyond this size; it also keeps 10**exponent cheap here.
+_MAX_EXPONENT = 1000
+
+
+def quantity_value(quantity: object) -> Fraction | None:
+    """The value of a Kubernetes quantity ("2", "500m", "1e3", "-1"), or None when the API
+    server cannot parse it as one ("one", "¹", "1.5.0")."""
+    if isinstance(quantity, bool) or not isinstance(quantity, str | int | float):
+        return None
+    found = _QUANTITY.fullmatch(str(quantity).strip())
+    if found is None:
+        return None
+    fraction = found["fraction"] or ""
+    value = Fraction(int((found["whole"] or "0") + fraction), 10 ** len(fraction))
+    if found["binary"]:
+        value *= _BINARY[found["binary"][0]]
+    elif found["decimal"]:
+        value *= Fraction(10) ** _DECIMAL[found["decimal"]]
+    elif found["exponent"]:
+        exponent = int(found["exponent"])
+        if abs(exponent) > _MAX_EXPONENT:
+            return None
+        value *= Fraction(10) ** exponent
+    return -value if found["sign"] == "-" else value
+
+
+def refused_count(quantity: object) -> str | None:
+    """Why the API server refuses `quantity` as an extended resource's count, or None when it
+    takes it (k8s.io/kubernetes v1.37.2, pkg/apis/core/validation/validation.go,
+    ValidateResourceQuantityValue: non-negative, and an integer for extended resources)."""
+    value = quantity_value(quantity)
+    if value is None:
+        return "is not a quantity"
+    if value < 0:
+        return "must be greater than or equal to 0"
+    if value.denominator != 1:
+        return "must be an integer"
+    return None
+
+
+def refused_requirements(resources: Mapping[str, Any], resource: str) -> str | None:
+    """Why the API server refuses a container's requests and limits of the extended resource
+    `resource`, or None (validation.go, validateResourceRequirements: each count valid, a
+    request needs a limit, and the two are equal)."""
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    for field, values in (("limits", limits), ("requests", requests)):
+        if isinstance(values, Mapping) and resource in values:
+            why = refused_count(values[resource])
+            if why:
+                return f"{field} {resource} {_shown(values[resource])} {why}"
+    if isinstance(requests, Mapping) and resource in requests:
+        if not isinstance(limits, Mapping) or resource not in limits:
+            return f"requests {resource} without a limit (a limit must be set)"
+        if quantity_value(requests[resource]) != quantity_value(limits[resource]):
+            return (
+                f"requests {resource} {_shown(requests[resource])} must equal its limit "
+                f"{_shown(limits[resource])}"
+            )
+    return None
+
+
+def _shown(quantity: object) -> str:
+    text = ascii(str(quantity))[1:-1].replace('"', '\\"')
+    return f'"{text[:17] + "..." if len(text) > 20 else text}"'
 
 
 class PatchOperation(TypedDict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from fractions import Fraction
 
 from castslice.backends import Backend, Placement
 from castslice.contract.definitions import APPLIED, DecisionRecord
@@ -134,10 +135,17 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
 def _less_than_asked(
     container: GpuContainer, asked: str, placement: Placement, gpu: str
 ) -> str | None:
-    # Quantities the API server would reject anyway ("1.5", "2Gi") are not compared.
-    if not asked.isdigit() or int(asked) <= 1 or placement.gpus >= int(asked):
+    # Only ASCII digits are compared, as the CEL twin's '^[0-9]+$': the API server refuses
+    # "1.5" anyway, and "¹" (a digit to str.isdigit(), none to int() or to the API server)
+    # is no quantity at all.
+    if not (asked.isascii() and asked.isdigit()) or int(asked) <= 1 or placement.gpus >= int(asked):
         return None
+    return less_than_asked_text(container.name, asked, placement.gpus, gpu)
+
+
+def less_than_asked_text(container: str, asked: str, gpus: Fraction, gpu: str) -> str:
+    """The warning for a container CastSlice gives less than the GPUs it asked for."""
     return clip(
-        f"container {shorten(container.name)} asked for {asked} {gpu}; "
-        f"castslice gives it {share_text(placement.gpus)}"
+        f"container {shorten(container)} asked for {asked} {gpu}; "
+        f"castslice gives it {share_text(gpus)}"
     )

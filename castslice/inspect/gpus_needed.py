@@ -23,7 +23,11 @@ from typing import Any
 
 from castslice.backends import BACKENDS, Placement, backend_for, sharing_degree
 from castslice.contract.definitions import APPLIED, DecisionRecord
+from castslice.contract.patch import quantity_value, refused_count
+from castslice.decision.pods import less_than_asked_text
+from castslice.decision.slices import share_text
 from castslice.settings.config import Config
+from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
 # The slice counts per GPU tried for backends that place a slice count.
 SLICE_CANDIDATES = (4, 8, 10, 100)
@@ -46,11 +50,24 @@ class WorkloadError(ValueError):
 @dataclass(frozen=True)
 class Task:
     """One GPU container that opted in (`gpus` its share of one GPU), or one Pod left alone
-    (`gpus` the whole GPUs it asks for)."""
+    (`gpus` the whole GPUs it asks for).
+
+    `asked` is what the container asks for without CastSlice (None: its share rounded up to
+    whole GPUs, as a trace's task asks for one GPU); `source` where its slice count came
+    from ("slice-ratio", "workload-type", "default", "policy:<rule>"; "" for a trace's
+    task, whose share is all there is); `container` its name, for messages.
+    """
 
     gpus: Fraction
     opted_in: bool
     name: str = ""
+    asked: int | None = None
+    source: str = ""
+    container: str = ""
+
+    @property
+    def whole_gpus_asked(self) -> int:
+        return math.ceil(self.gpus) if self.asked is None else self.asked
 
 
 @dataclass(frozen=True)
@@ -76,11 +93,22 @@ class Estimate:
     rounded_by: Fraction
     warnings: tuple[str, ...] = ()
     recommended: bool = False
+    # The CASTSLICE_* variables to set, over today's, for this configuration, and what else
+    # must change with them (slice-ratio annotations, policy rules) or what then differs.
+    environment: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    # The castops.io/slice-ratio each Pod that sets one must then have, by Pod.
+    ratios: dict[str, int] = field(default_factory=dict)
+    # How many kinds of Pods get another share of a GPU than today (no whole count keeps it).
+    reshared: int = 0
 
     def as_dict(self, baseline: int, today: int) -> dict[str, Any]:
         return {
             "name": self.name,
             "settings": self.settings,
+            "environment": self.environment,
+            "notes": list(self.notes),
+            "sliceRatios": self.ratios,
             "gpus": self.gpus,
             "gpusSavedVsNoSharing": baseline - self.gpus,
             "gpusVsToday": self.gpus - today,
@@ -109,6 +137,10 @@ class Plan:
     candidates: list[Estimate] = field(default_factory=list)
     # Each backend's recommended candidate, by backend name.
     per_backend: dict[str, Estimate] = field(default_factory=dict)
+    # The recommendation's backend: today's when the user named it (the GPU nodes decide).
+    backend: str = "resource"
+    # Why today's settings are kept, when no candidate of today's backend needs fewer GPUs.
+    keep: str = ""
 
     @property
     def ideal(self) -> int:
@@ -117,10 +149,22 @@ class Plan:
 
     @property
     def best(self) -> Estimate:
-        return next(estimate for estimate in self.candidates if estimate.recommended)
+        """The recommended configuration: today's when nothing of its backend does better."""
+        return next((estimate for estimate in self.candidates if estimate.recommended), self.today)
+
+    @property
+    def elsewhere(self) -> list[Estimate]:
+        """Other backends' best candidates that would need fewer GPUs than the recommendation,
+        if the nodes offered them."""
+        return [
+            item
+            for backend, item in self.per_backend.items()
+            if backend != self.backend and item.gpus < self.best.gpus
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         baseline, today = self.no_sharing.gpus, self.today.gpus
+        best = self.best
         return {
             "tasks": self.tasks,
             "optedIn": self.opted_in,
@@ -129,9 +173,18 @@ class Plan:
             "noSharing": self.no_sharing.as_dict(baseline, today),
             "today": self.today.as_dict(baseline, today),
             "candidates": [estimate.as_dict(baseline, today) for estimate in self.candidates],
-            "recommended": self.best.name,
+            "recommended": best.name,
+            "keep": self.keep,
+            "recommendation": best.as_dict(baseline, today),
             "recommendedPerBackend": {
-                backend: {"name": item.name, "settings": item.settings, "gpus": item.gpus}
+                backend: {
+                    "name": item.name,
+                    "settings": item.settings,
+                    "environment": item.environment,
+                    "notes": list(item.notes),
+                    "sliceRatios": item.ratios,
+                    "gpus": item.gpus,
+                }
                 for backend, item in self.per_backend.items()
             },
         }
@@ -167,16 +220,22 @@ def tasks_from_trace(text: str, source: str = "trace") -> list[Task]:
     return tasks
 
 
-def tasks_from_pod(pod: Mapping[str, Any], config: Config) -> list[Task]:
+def tasks_from_pod(
+    pod: Mapping[str, Any], config: Config, reference: str | None = None
+) -> list[Task]:
     """A Pod as CastSlice left it: one task per GPU container it rewrote (its share is the
     decision record's slices of today's slices per GPU), or one task with the GPUs the Pod
-    asks for when it was left alone."""
+    asks for when it was left alone. `reference` names it in messages (default
+    namespace/name)."""
     metadata = pod.get("metadata") or {}
-    name = f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '?'}"
+    name = reference or f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '?'}"
     record = DecisionRecord.parse((metadata.get("annotations") or {}).get(APPLIED) or "")
     if record is not None:
         share = Fraction(record.slices, config.slices_per_gpu)
-        return [Task(share, True, f"{name} {container}") for container in record.original]
+        return [
+            Task(share, True, name, _count(quantity, 1), record.source, container)
+            for container, quantity in record.original.items()
+        ]
     spec = pod.get("spec") or {}
     asked = 0
     for container in spec.get("containers") or ():
@@ -184,9 +243,15 @@ def tasks_from_pod(pod: Mapping[str, Any], config: Config) -> list[Task]:
         quantity = (resources.get("limits") or {}).get(config.gpu_resource) or (
             resources.get("requests") or {}
         ).get(config.gpu_resource)
-        if quantity is not None and str(quantity).isdigit():
-            asked += int(str(quantity))
-    return [Task(Fraction(asked), False, name)]
+        if quantity is not None:
+            asked += _count(quantity, 0)
+    return [Task(Fraction(asked), False, name, asked)]
+
+
+def _count(quantity: object, otherwise: int) -> int:
+    """A GPU count as the API server reads it; `otherwise` for one it refuses."""
+    value = quantity_value(quantity)
+    return int(value) if value is not None and refused_count(quantity) is None else otherwise
 
 
 NodeKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -213,7 +278,7 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
     pools = pooled(config)
     whole_key: NodeKey = (config.gpu_resource, ())
     groups: dict[NodeKey, _Group] = {}
-    rounded, rounded_by, multi_gpu, finer = 0, Fraction(0), 0, 0
+    rounded, rounded_by = 0, Fraction(0)
     placements: dict[int, Placement] = {}
     # Tasks asking alike are counted once: a trace has thousands, of a few hundred kinds
     # (counted by integers: hashing a Fraction costs twenty times as much).
@@ -231,13 +296,9 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
             placements[slices] = backend.place(slices)
         placement = placements[slices]
         given = placement.gpus
-        if gpus > 1:
-            multi_gpu += count
         if given > gpus:
             rounded += count
             rounded_by += (given - gpus) * count
-            if pools and given < 1 and gpus < Fraction(1, max(config.sharing_degrees)):
-                finer += count
         if given.denominator == 1:
             group = groups.setdefault(whole_key, _Group())
             group.whole += int(given) * count
@@ -250,21 +311,56 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
         group.tasks += count
     found = [_pool(group, per_gpu) for group in groups.values()]
     found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
-    warnings = []
-    if multi_gpu:
-        warnings.append(
-            f"{multi_gpu} opted-in task(s) ask for more than one GPU: they get whole GPUs, "
-            "and a share of several GPUs is not what sharing offers"
-        )
-    if finer:
-        warnings.append(
-            f"{finer} task(s) need less than 1/{max(config.sharing_degrees)} of a GPU, the "
-            "finest share the sharing nodes offer: they get more than they need"
-        )
+    warnings = _named_warnings(config, tasks, placements, pools)
     total = sum(pool.gpus for pool in found)
     return Estimate(
         name, settings_of(config), total, tuple(found), rounded, rounded_by, tuple(warnings)
     )
+
+
+def _named_warnings(
+    config: Config, tasks: Sequence[Task], placements: Mapping[int, Placement], pools: bool
+) -> list[str]:
+    """Each Pod the opt-in gives less than it asked for, in preview's words; the Pods whose
+    share is more than one GPU (whole GPUs: sharing offers no share of several); and those
+    that need less than the finest share the sharing nodes offer."""
+    fewer: dict[str, None] = {}
+    several: Counter[str] = Counter()
+    finer: Counter[str] = Counter()
+    finest = Fraction(1, max(config.sharing_degrees))
+    for task in tasks:
+        if not task.opted_in:
+            continue
+        given = placements[max(1, math.ceil(task.gpus * config.slices_per_gpu))].gpus
+        if pools and task.gpus < finest and task.gpus < given < 1:
+            finer[task.name] += 1
+        if task.asked is not None and task.asked > 1 and given < task.asked:
+            text = less_than_asked_text(task.container, str(task.asked), given, config.gpu_resource)
+            fewer[f"{task.name}: {text}"] = None
+        if task.gpus > 1:
+            several[task.name] += 1
+    warnings = list(fewer)
+    if several:
+        warnings.append(
+            f"{_some(several)}: a slice count of more than one GPU: whole GPUs, and a share "
+            "of several GPUs is not what sharing offers"
+        )
+    if finer:
+        warnings.append(
+            f"{_some(finer)}: need less than {share_text(finest)}, the finest share the "
+            "sharing nodes offer: they get more than they need"
+        )
+    return warnings
+
+
+def _some(names: Counter[str], shown: int = 3) -> str:
+    """A few names, with how many Pods each stands for, and how many more there are."""
+    listed = [
+        (name or "a task") + (f" ({count} Pods)" if count > 1 else "")
+        for name, count in names.items()
+    ]
+    more = len(listed) - shown
+    return ", ".join(listed[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _pool(group: _Group, per_gpu: int) -> Pool:
@@ -281,13 +377,14 @@ def _pool(group: _Group, per_gpu: int) -> Pool:
 
 
 def no_sharing(tasks: Sequence[Task]) -> Estimate:
-    """Every GPU task on whole GPUs: what the cluster needs without CastSlice."""
-    gpu_tasks = [task for task in tasks if task.gpus]
-    gpus = sum(math.ceil(task.gpus) for task in gpu_tasks)
-    fractional = [task for task in gpu_tasks if task.gpus.denominator != 1]
-    by = sum((math.ceil(task.gpus) - task.gpus for task in fractional), Fraction(0))
+    """Every GPU task on the whole GPUs its containers ask for: what the cluster needs without
+    CastSlice (a trace's task: its share rounded up)."""
+    gpu_tasks = [task for task in tasks if task.gpus or task.whole_gpus_asked]
+    gpus = sum(task.whole_gpus_asked for task in gpu_tasks)
+    beyond = [task for task in gpu_tasks if task.whole_gpus_asked > task.gpus]
+    by = sum((task.whole_gpus_asked - task.gpus for task in beyond), Fraction(0))
     pools = (Pool("whole GPUs", gpus, len(gpu_tasks)),) if gpu_tasks else ()
-    return Estimate("no sharing", {}, gpus, pools, len(fractional), by)
+    return Estimate("no sharing", {}, gpus, pools, len(beyond), by)
 
 
 def pooled(config: Config) -> bool:
@@ -320,60 +417,224 @@ def environment_of(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def candidate_configs(config: Config) -> Iterable[tuple[str, Config]]:
-    """Each backend with each setting worth trying, named as the table shows it."""
+    """Each backend with each setting worth trying, named as the table shows it; each a
+    complete configuration (rescaled() keeps the presets' and default's shares)."""
     for backend in BACKENDS:
-        base = replace(config, backend=backend, shared_resource="")
+        # Today's backend keeps today's resource names; another takes its own default.
+        shared = config.shared_resource if backend == config.backend else ""
+        base = replace(config, backend=backend, shared_resource=shared)
         if not pooled(base):
-            for per_gpu in SLICE_CANDIDATES:
-                yield f"{backend} S={per_gpu}", replace(base, slices_per_gpu=per_gpu)
+            for per_gpu in sorted({*SLICE_CANDIDATES, config.slices_per_gpu}):
+                yield f"{backend} S={per_gpu}", rescaled(base, per_gpu)
             continue
         for size in range(1, MAX_POOLS + 1):
             for degrees in itertools.combinations(DEGREE_CANDIDATES, size):
-                # S the least common multiple: each share then gets the smallest degree's
-                # pool it fits, with no loss to rounding (sharing_degree's floor(S/s)).
-                per_gpu = math.lcm(*degrees)
+                # S a multiple of the least common multiple: each share then gets the
+                # smallest degree's pool it fits, with no loss to rounding (sharing_degree's
+                # floor(S/s)); today's S where it is one, so nothing else need change.
+                least = math.lcm(*degrees)
+                per_gpu = config.slices_per_gpu if config.slices_per_gpu % least == 0 else least
                 name = f"{backend} pools {','.join(map(str, degrees))}"
-                yield name, replace(base, slices_per_gpu=per_gpu, sharing_degrees=degrees)
+                yield name, rescaled(replace(base, sharing_degrees=degrees), per_gpu)
 
 
-def plan(config: Config, tasks: Sequence[Task]) -> Plan:
+def rescaled(config: Config, per_gpu: int) -> Config:
+    """`config` at `per_gpu` slices per GPU with its presets and default slice count scaled
+    to keep their shares of a GPU (rounded up where no whole count keeps one): slice counts
+    are in slices, so S alone would change every Pod's share."""
+    presets = {name: scaled(slices, config, per_gpu) for name, slices in config.presets.items()}
+    default = scaled(config.default_slices, config, per_gpu)
+    most = max(config.max_slice_ratio, per_gpu, default, *presets.values())
+    return replace(
+        config,
+        slices_per_gpu=per_gpu,
+        presets=presets,
+        default_slices=default,
+        max_slice_ratio=most,
+    )
+
+
+def scaled(slices: int, config: Config, per_gpu: int) -> int:
+    """The slice count at `per_gpu` slices per GPU that keeps the share `slices` has under
+    `config`, rounded up."""
+    return max(1, math.ceil(Fraction(slices * per_gpu, config.slices_per_gpu)))
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What to set over today's settings for a candidate: the CASTSLICE_* variables, notes on
+    what else changes with them, the slice-ratio annotations to write (by Pod), and how many
+    kinds of Pods get another share of a GPU than today."""
+
+    environment: dict[str, str]
+    notes: tuple[str, ...]
+    ratios: dict[str, int]
+    reshared: int
+
+
+def changes(today: Config, candidate: Config, tasks: Sequence[Task]) -> Changes:
+    """What `candidate` asks to change over `today`."""
+    environment: dict[str, str] = {}
+    if candidate.backend != today.backend:
+        environment["CASTSLICE_BACKEND"] = candidate.backend
+    if candidate.slices_per_gpu != today.slices_per_gpu:
+        environment["CASTSLICE_SLICES_PER_GPU"] = str(candidate.slices_per_gpu)
+    if pooled(candidate) and candidate.sharing_degrees != today.sharing_degrees:
+        environment["CASTSLICE_SHARING_DEGREES"] = ",".join(map(str, candidate.sharing_degrees))
+    if dict(candidate.presets) != dict(today.presets):
+        environment["CASTSLICE_PRESETS"] = ",".join(
+            f"{name}={slices}" for name, slices in candidate.presets.items()
+        )
+    if candidate.default_slices != today.default_slices:
+        environment["CASTSLICE_DEFAULT_SLICES"] = str(candidate.default_slices)
+    notes: list[str] = []
+    ratios: dict[str, int] = {}
+    per_gpu = candidate.slices_per_gpu
+    reshared = 0
+    if per_gpu != today.slices_per_gpu:
+        notes += _share_changes(today, candidate)
+        moved, reshared = _ratio_notes(today, candidate, tasks, ratios)
+        reshared += len(notes)
+        notes += moved
+        if any(task.opted_in and not task.source for task in tasks):
+            notes.append(
+                f"each task's Pod: castops.io/slice-ratio its share of a GPU times {per_gpu}, "
+                "rounded up"
+            )
+    most = max([candidate.max_slice_ratio, *ratios.values()])
+    if most != today.max_slice_ratio:
+        environment["CASTSLICE_MAX_SLICE_RATIO"] = str(most)
+    if environment and backend_for(candidate).claim_templates() is not None:
+        # Its Pods claim from a template per slice count the settings can produce.
+        notes.append(
+            "render the claim templates with these settings (castslice claim-templates) "
+            "before the Pods are created"
+        )
+    return Changes(environment, tuple(notes), ratios, reshared)
+
+
+def _share_changes(today: Config, candidate: Config) -> list[str]:
+    """The presets and default that no whole slice count keeps at the candidate's S."""
+    notes = []
+    counts = [(f"workload-type {name}", slices) for name, slices in today.presets.items()]
+    for what, slices in [*counts, ("the default slice count", today.default_slices)]:
+        share = Fraction(slices, today.slices_per_gpu)
+        new = scaled(slices, today, candidate.slices_per_gpu)
+        if Fraction(new, candidate.slices_per_gpu) != share:
+            notes.append(
+                f"{what} gives {share_text(Fraction(new, candidate.slices_per_gpu))} instead "
+                f"of {share_text(share)}: no whole slice count of {candidate.slices_per_gpu} "
+                "keeps it"
+            )
+    return notes
+
+
+def _ratio_notes(
+    today: Config, candidate: Config, tasks: Sequence[Task], ratios: dict[str, int]
+) -> tuple[list[str], int]:
+    """The slice counts Pods (or policy rules) give themselves, which the settings cannot
+    rescale: each with the count that keeps its share, or says the share changes; and how
+    many shares change."""
+    per_gpu = candidate.slices_per_gpu
+    moves: dict[tuple[str, int, int], Counter[str]] = {}
+    for task in tasks:
+        if not task.opted_in or not (
+            task.source == "slice-ratio" or task.source.startswith(POLICY_SOURCE_PREFIX)
+        ):
+            continue
+        old = task.gpus * today.slices_per_gpu
+        new = max(1, math.ceil(task.gpus * per_gpu))
+        if task.source == "slice-ratio":
+            ratios[task.name] = new
+            moves.setdefault(("slice-ratio", int(old), new), Counter())[task.name] += 1
+        else:
+            rule = task.source.removeprefix(POLICY_SOURCE_PREFIX)
+            moves.setdefault((f"rule {rule}", int(old), new), Counter())[task.name] += 1
+    notes, reshared = [], 0
+    for (what, old, new), names in moves.items():
+        was, becomes = Fraction(old, today.slices_per_gpu), Fraction(new, per_gpu)
+        where = (
+            f"set castops.io/slice-ratio to {new} (from {old})"
+            if what == "slice-ratio"
+            else f"the enrolment policy's {what}: set its slices to {new} (from {old})"
+        )
+        kept = (
+            f"to keep {share_text(was)}"
+            if becomes == was
+            else f"({share_text(becomes)} instead of {share_text(was)}: no whole count keeps it)"
+        )
+        reshared += becomes != was
+        notes.append(f"{where} {kept}: {_some(names)}")
+    return notes, reshared
+
+
+def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> Plan:
     """Every candidate's estimate, today's and no sharing; per backend the recommended one is
-    the coarsest setting within WORTH_IT of that backend's fewest GPUs, and the plan's
-    recommendation the backend whose recommended setting needs the fewest."""
-    estimates = [estimate(candidate, tasks, name) for name, candidate in candidate_configs(config)]
-    chosen = _per_backend(estimates)
-    best = min(chosen.values(), key=lambda item: (item.gpus, _coarseness(item)))
-    marked = [replace(item, recommended=item.name == best.name) for item in estimates]
-    kept = [item for item in marked if item.recommended or _shown(item, chosen)]
+    the coarsest setting within WORTH_IT of that backend's fewest GPUs. The plan recommends
+    today's backend's when the user named it (the GPU nodes decide the backend), else the
+    backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
+    today, else it keeps today's settings and says why."""
+    estimates = []
+    for name, candidate in candidate_configs(config):
+        change = changes(config, candidate, tasks)
+        found = estimate(candidate, tasks, name)
+        estimates.append(
+            replace(
+                found,
+                environment=change.environment,
+                notes=change.notes,
+                ratios=change.ratios,
+                reshared=change.reshared,
+            )
+        )
+    chosen = _per_backend(estimates, config)
     today = estimate(config, tasks, "today")
+    without = no_sharing(tasks)
+    mine = (
+        chosen[config.backend]
+        if named_backend
+        else min(chosen.values(), key=lambda item: (item.gpus, _coarseness(item, config)))
+    )
+    keep = ""
+    if mine.gpus >= today.gpus:
+        which = f"{config.backend} setting" if named_backend else "backend's setting"
+        keep = f"no {which} needs fewer GPUs than today's {today.gpus}" + (
+            "; sharing saves no GPU for this workload" if today.gpus >= without.gpus else ""
+        )
+    marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
+    kept = [item for item in marked if item.recommended or _shown(item, chosen)]
     opted = [task for task in tasks if task.opted_in]
     return Plan(
         len(tasks),
         len(opted),
         sum((task.gpus for task in tasks), Fraction(0)),
-        no_sharing(tasks),
+        without,
         today,
         kept,
         chosen,
+        mine.settings["backend"],
+        keep,
     )
 
 
-def _per_backend(estimates: Sequence[Estimate]) -> dict[str, Estimate]:
+def _per_backend(estimates: Sequence[Estimate], today: Config) -> dict[str, Estimate]:
     chosen: dict[str, Estimate] = {}
     backends = dict.fromkeys(item.settings["backend"] for item in estimates)
     for backend in backends:
         mine = [item for item in estimates if item.settings["backend"] == backend]
         fewest = min(item.gpus for item in mine)
         good = [item for item in mine if item.gpus <= fewest * (1 + WORTH_IT)]
-        chosen[backend] = min(good, key=lambda item: (_coarseness(item), item.gpus))
+        chosen[backend] = min(good, key=lambda item: (_coarseness(item, today), item.gpus))
     return chosen
 
 
-def _coarseness(item: Estimate) -> tuple[int, int, int]:
+def _coarseness(item: Estimate, today: Config) -> tuple[int, int, int, int, int]:
     """Fewer groups of nodes (each node serves one, so each is a split of the cluster a
-    scheduler cannot pack across), then fewer slices per GPU, then smaller degrees."""
+    scheduler cannot pack across), then no share that changes, then today's slices per GPU
+    (nothing to rescale), then fewer slices per GPU, then smaller degrees."""
     degrees = item.settings.get("sharingDegrees") or []
-    return (len(item.pools), item.settings["slicesPerGpu"], sum(degrees))
+    per_gpu = item.settings["slicesPerGpu"]
+    return (len(item.pools), item.reshared, per_gpu != today.slices_per_gpu, per_gpu, sum(degrees))
 
 
 def _shown(item: Estimate, chosen: Mapping[str, Estimate]) -> bool:

@@ -72,7 +72,8 @@ def test_every_reference_is_a_built_in_or_a_declared_substitution() -> None:
 
 def test_the_tests_run_before_anything_is_built_or_deployed() -> None:
     order = [step["id"] for step in CLOUDBUILD["steps"]]
-    assert order == ["test", "image-name", "build", "push", "chart", "deploy"]
+    # (The helm step first builds a tool, helm, that the tests and the chart step use.)
+    assert order == ["helm", "test", "image-name", "build", "push", "chart", "deploy"]
     # No step starts early: without waitFor each step waits for all before it.
     assert all("waitFor" not in step for step in CLOUDBUILD["steps"])
 
@@ -128,7 +129,7 @@ def wheelhouse() -> Path:
 
 @pytest.mark.skipif(INSIDE_THE_STEP in os.environ, reason=_ITSELF)
 def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
-    tmp_path: Path,
+    tmp_path: Path, helm: Path
 ) -> None:
     # As empty as python:3.11-slim: a fresh virtual environment (its pip installs from the
     # package index, as the step's does), this machine's programs minus the four.
@@ -159,6 +160,23 @@ def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
     # The packages from wheels made once (the index's own files, kept by requirements),
     # not downloaded again on every run; what the step installs is still decided by it.
     env.update(PIP_FIND_LINKS=str(wheelhouse()), PIP_NO_INDEX="1")
+    # An empty home and cache, as the image's: no helm built earlier on this machine.
+    for name in ("HOME", "XDG_CACHE_HOME"):
+        env[name] = str(tmp_path / "home")
+    env.pop("CASTSLICE_HELM_CACHE", None)
+    # The helm step, as it leaves /workspace: its build.sh's helm (built from the Go
+    # module as here, so this machine's build stands for it), which the step then finds.
+    workspace = tmp_path / "workspace"
+    built = workspace / "tools" / f"helm-{(ROOT / 'tests/helm/helm.version').read_text().strip()}"
+    built.mkdir(parents=True)
+    shutil.copy2(helm, built / "helm")
+    step = STEPS["helm"]
+    script = [arg.replace("/workspace/", f"{workspace}/") for arg in step["args"]]
+    done = subprocess.run(
+        ["bash", *script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == str(built / "helm"), done.stderr
     step = STEPS["test"]
     assert (step["name"], step["entrypoint"]) == ("python:3.11-slim", "bash")
     # A checkout of its own, as Cloud Build's: `pip install .` writes build/ into it.
@@ -173,8 +191,9 @@ def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
     # The docs' test lists the checkout's files with git, as a clone has them.
     for command in (["init", "-q"], ["add", "-A"]):
         subprocess.run(["git", *command], cwd=checkout, check=True, capture_output=True)
+    script = [arg.replace("/workspace/", f"{workspace}/") for arg in step["args"]]
     done = subprocess.run(
-        ["bash", *step["args"]], cwd=checkout, env=env, capture_output=True, text=True,
+        ["bash", *script], cwd=checkout, env=env, capture_output=True, text=True,
         timeout=900, check=False,
     )  # fmt: skip
     summary = (done.stdout.strip().splitlines() or [""])[-1]
@@ -182,7 +201,7 @@ def test_the_test_step_passes_in_an_image_without_terraform_kubectl_go_or_nginx(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert (venv / "bin" / "castslice").exists()
     assert " passed" in summary and "failed" not in summary and "error" not in summary
-    # What skips there is what needs kubectl, and it says so.
+    # What skips there is what needs kubectl, and it says so; never what needs helm.
     skips = [_SKIP_LINE.match(line) for line in done.stdout.splitlines()]
     reasons = {match["why"] for match in skips if match}
     expected = {"kubectl (with its built-in kustomize) is not installed", _ITSELF, _NO_MAKE}
@@ -315,24 +334,25 @@ def test_make_terraform_without_terraform_fails_only_in_ci(
 
 @pytest.fixture
 def chart_step(workspace: dict[str, Path], helm: Path) -> dict[str, Path]:
-    """The chart step's tools: `go install` puts a helm in GOBIN that is the real helm for
-    packaging and records `registry login` and `push` (no registry here); `curl` answers
-    as the metadata server does."""
+    """The chart step's tools: the helm step's helm in /workspace/tools, a wrapper of the real
+    helm for packaging that records `registry login` and `push` (no registry here); `curl`
+    answers as the metadata server does; `go` fails, as the chart step builds nothing."""
     real = workspace["root"] / "real-helm"
     real.symlink_to(helm)
-    (workspace["bin"] / "go").write_text(
+    version = (ROOT / "tests" / "helm" / "helm.version").read_text().strip()
+    built = workspace["root"] / "tools" / f"helm-{version}" / "helm"
+    built.parent.mkdir(parents=True)
+    built.write_text(
         "#!/bin/sh\n"
-        f'echo "go $*" >> "{workspace["root"]}/calls"\n'
-        'mkdir -p "$GOBIN"\n'
-        'cat > "$GOBIN/helm" <<EOF\n'
-        "#!/bin/sh\n"
-        'case "\\$1" in\n'
-        f'  registry) echo "helm \\$* \\$(cat)" >> "{workspace["root"]}/calls" ;;\n'
-        f'  push) echo "helm \\$*" >> "{workspace["root"]}/calls" ;;\n'
-        f'  *) exec "{real}" "\\$@" ;;\n'
+        'case "$1" in\n'
+        f'  registry) echo "helm $* $(cat)" >> "{workspace["root"]}/calls" ;;\n'
+        f'  push) echo "helm $*" >> "{workspace["root"]}/calls" ;;\n'
+        f'  *) exec "{real}" "$@" ;;\n'
         "esac\n"
-        "EOF\n"
-        'chmod +x "$GOBIN/helm"\n'
+    )
+    built.chmod(0o755)
+    (workspace["bin"] / "go").write_text(
+        f'#!/bin/sh\necho "go $*" >> "{workspace["root"]}/calls"\nexit 1\n'
     )
     (workspace["bin"] / "curl").write_text(
         "#!/bin/sh\n"
@@ -366,9 +386,7 @@ def test_the_chart_is_packaged_with_the_image_version_and_pushed_next_to_it(
 
     package = chart_step["root"] / "chart" / f"castslice-{chart_version}.tgz"
     calls = chart_step["calls"].read_text().splitlines()
-    helm_version = (ROOT / "tests" / "helm" / "helm.version").read_text().strip()
     assert calls == [
-        f"go install helm.sh/helm/v4/cmd/helm@{helm_version}",
         "helm registry login europe-west1-docker.pkg.dev --username oauth2accesstoken "
         "--password-stdin ya29.sample-token",
         f"helm push {package} oci://europe-west1-docker.pkg.dev/sample-project/castslice/charts",

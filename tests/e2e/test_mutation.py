@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import kubernetes.client
 import pytest
@@ -21,6 +24,7 @@ from .pods import (
     shared,
     with_resources,
 )
+from .tools import REPO_ROOT
 
 
 def create_with_control(
@@ -158,3 +162,33 @@ def test_requests_only_gpu_is_invalid_without_castslice(
 
     assert raised.value.status == 422
     assert "Limit must be set" in raised.value.body
+
+
+@pytest.mark.parametrize("count", ["-1", "500m", "0.5", "one", "\u00b9"])
+@pytest.mark.parametrize("opts_in", [True, False], ids=["opted-in", "plain"])
+def test_preview_says_which_gpu_counts_the_api_server_refuses(
+    api: kubernetes.client.ApiClient, namespace: str, count: str, opts_in: bool
+) -> None:
+    """preview's verdict on a GPU count the API server refuses, against the API server's: it
+    decodes before admission (no quantity: refused), and validates after mutating admission
+    (a count CastSlice's rewrite replaces: admitted)."""
+    manifest = pod(
+        "odd-count",
+        [container("app", limits={GPU: count})],
+        annotations=opted_in() if opts_in else None,
+    )
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("CASTSLICE_")}
+    shown = subprocess.run(
+        [sys.executable, "-m", "castslice", "preview", "-f", "-", "-n", namespace],
+        input=json.dumps(manifest), capture_output=True, text=True, env=environ, cwd=REPO_ROOT,
+        timeout=60, check=True,
+    )  # fmt: skip
+    refused = "the API server refuses this Pod" in shown.stderr
+    assert refused or "the API server would refuse that, but castslice's rewrite" in shown.stderr
+    if refused:
+        with pytest.raises(kubernetes.client.ApiException) as raised:
+            create_pod(api, namespace, manifest)
+        assert raised.value.status in (400, 422)
+    else:
+        create_pod(api, namespace, manifest)
+        assert resources_of(read_pod(api, namespace, "odd-count")) == {"app": shared(1)}

@@ -13,16 +13,19 @@ import kubernetes.client
 import pytest
 
 from . import tools
+from .castslice_server import StartServer
 from .cluster import LocalControlPlane
 from .nodes import SEED_SHARED, Pool, gpu_nodes
 from .pods import container, create_namespace, create_pod, gpu_container, opted_in, pod, settle
+from .registration import register_and_wait
 from .tools import REPO_ROOT
 
 BIN_PACKING = REPO_ROOT / "infra" / "scheduler" / "bin-packing.yaml"
 
 
-def plan(kubeconfig: Path, namespace: str) -> dict:
+def plan(kubeconfig: Path, namespace: str, settings: dict[str, str] | None = None) -> dict:
     environ = {key: value for key, value in os.environ.items() if not key.startswith("CASTSLICE_")}
+    environ.update(settings or {})
     done = subprocess.run(
         [sys.executable, "-m", "castslice", "plan", "--kubeconfig", str(kubeconfig),
          "-n", namespace, "-o", "json"],
@@ -51,6 +54,46 @@ def test_plan_counts_the_pods_castslice_rewrote_and_those_it_left_alone(
     assert result["noSharing"]["gpus"] == 4 + 2
     assert result["perfectPacking"] == 4
     assert result["today"]["podsRoundedUp"] == 0
+
+
+def _create_mix(api: kubernetes.client.ApiClient, namespace: str) -> None:
+    """Two inference Pods (half a GPU each), four dev Pods (a quarter each), one Pod with
+    slice-ratio 3 (three quarters) and a trainer left alone on 2 GPUs."""
+    mix = [(f"infer-{index}", opted_in(workload_type="inference")) for index in range(2)]
+    mix += [(f"dev-{index}", opted_in(workload_type="dev")) for index in range(4)]
+    mix += [("three-quarters", opted_in(slice_ratio="3")), ("trainer", {})]
+    for name, wanted in mix:
+        gpus = "2" if name == "trainer" else "1"
+        create_pod(api, namespace, pod(name, [gpu_container(gpus=gpus)], annotations=wanted))
+
+
+def test_what_plan_recommends_from_a_live_cluster_applied_as_printed_gives_its_figure(
+    api: kubernetes.client.ApiClient,
+    control_plane: LocalControlPlane,
+    own_castslice: StartServer,
+    namespace: str,
+) -> None:
+    # Today: nvidia with 4-client pools only. A half or three quarters fits no 4-way share
+    # and takes a whole GPU: 2 + 1 (the dev Pods' pool) + 1 + 2 (the trainer).
+    today = {"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "4"}
+    register_and_wait(api, own_castslice(today))
+    _create_mix(api, namespace)
+    result = plan(control_plane.kubeconfig, namespace, today)
+    assert result["today"]["gpus"] == 2 + 1 + 1 + 2
+    assert result["noSharing"]["gpus"] == 7 + 2
+    promised = result["recommendation"]
+    assert promised["gpus"] < result["today"]["gpus"] and not result["keep"]
+    assert promised["settings"]["backend"] == "nvidia"
+    assert promised["sliceRatios"] == {}
+    # The printed settings, on a CastSlice that runs them, for the same Pods created anew.
+    applied = {**today, **promised["environment"]}
+    register_and_wait(api, own_castslice(applied))
+    again = create_namespace(api, f"{namespace}-applied")
+    try:
+        _create_mix(api, again)
+        assert plan(control_plane.kubeconfig, again, applied)["today"]["gpus"] == promised["gpus"]
+    finally:
+        kubernetes.client.CoreV1Api(api).delete_namespace(again)
 
 
 def _placements(api: kubernetes.client.ApiClient, namespace: str, names: list[str]) -> list[str]:
