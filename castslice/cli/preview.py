@@ -298,7 +298,9 @@ def refused_gpu_counts(pod: dict[str, Any], gpu: str) -> Refused | None:
             if not isinstance(container, dict):
                 continue
             resources = container.get("resources")
-            why = refused_requirements(resources, gpu) if isinstance(resources, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            why = refused_requirements(resources, gpu)
             if why:
                 name = container.get("name") or f"{list_name}[{index}]"
                 counts = [

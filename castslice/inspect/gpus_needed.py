@@ -542,14 +542,14 @@ def _ratio_notes(
             task.source == "slice-ratio" or task.source.startswith(POLICY_SOURCE_PREFIX)
         ):
             continue
-        old = task.gpus * today.slices_per_gpu
+        slices_today = int(task.gpus * today.slices_per_gpu)
         new = max(1, math.ceil(task.gpus * per_gpu))
         if task.source == "slice-ratio":
             ratios[task.name] = new
-            moves.setdefault(("slice-ratio", int(old), new), Counter())[task.name] += 1
+            moves.setdefault(("slice-ratio", slices_today, new), Counter())[task.name] += 1
         else:
             rule = task.source.removeprefix(POLICY_SOURCE_PREFIX)
-            moves.setdefault((f"rule {rule}", int(old), new), Counter())[task.name] += 1
+            moves.setdefault((f"rule {rule}", slices_today, new), Counter())[task.name] += 1
     notes, reshared = [], 0
     for (what, old, new), names in moves.items():
         was, becomes = Fraction(old, today.slices_per_gpu), Fraction(new, per_gpu)
