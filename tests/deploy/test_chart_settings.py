@@ -37,8 +37,7 @@ from castslice.settings.table import (
 )
 from tests.helm import CHART, Objects, installed_objects, run_helm, template_args, values_file
 
-from .test_chart import container_environment_with_secrets
-from .variants import only
+from .variants import container_environment_with_secrets, only
 
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 RATIO = setting(MAX_SLICE_RATIO).default
