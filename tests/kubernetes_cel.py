@@ -86,14 +86,14 @@ class CelError(AssertionError):
 
 
 @dataclass(frozen=True)
-class Optional:
+class OptionalValue:
     """cel-go's optional value (common/types/optional.go): a value, or none."""
 
     present: bool
     content: Any = None
 
 
-_NONE = Optional(False)
+_NONE = OptionalValue(False)
 
 
 class JSONPatchValue(celtypes.MapType):
@@ -404,8 +404,8 @@ def sign(value: Any) -> celtypes.IntType:
     return celtypes.IntType((value.amount > 0) - (value.amount < 0))
 
 
-def _optional(value: Any) -> Optional:
-    if not isinstance(value, Optional):
+def _optional(value: Any) -> OptionalValue:
+    if not isinstance(value, OptionalValue):
         raise TypeError(f"no such overload: expected an optional, got {type(value).__name__}")
     return value
 
@@ -426,11 +426,11 @@ def or_value(value: Any, default: Any) -> Any:
     return found.content if found.present else default
 
 
-def optional_of(value: Any) -> Optional:
-    return Optional(True, value)
+def optional_of(value: Any) -> OptionalValue:
+    return OptionalValue(True, value)
 
 
-def optional_none() -> Optional:
+def optional_none() -> OptionalValue:
     return _NONE
 
 
@@ -622,14 +622,14 @@ def _select_optional(member: Any, key: Any) -> Any:
         return member
     if isinstance(key, CELEvalError):
         return key
-    if isinstance(member, Optional):
+    if isinstance(member, OptionalValue):
         if not member.present:
             return _NONE
         member = member.content
     if isinstance(member, dict):
-        return Optional(True, member[key]) if key in member else _NONE
+        return OptionalValue(True, member[key]) if key in member else _NONE
     if isinstance(member, list) and isinstance(key, celtypes.IntType):
-        return Optional(True, member[int(key)]) if 0 <= int(key) < len(member) else _NONE
+        return OptionalValue(True, member[int(key)]) if 0 <= int(key) < len(member) else _NONE
     return CELEvalError(f"no such overload: optional selection on {type(member).__name__}")
 
 
