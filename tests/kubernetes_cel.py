@@ -33,7 +33,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
@@ -44,6 +44,8 @@ import re2
 from celpy import celtypes
 from celpy.celparser import CELParser
 from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
+
+from tests.policy_comparison import PolicyRun
 
 _CELPY_GRAMMAR = (Path(celpy.__file__).parent / "cel.lark").read_text()
 _MEMBER_RULE = (
@@ -704,17 +706,6 @@ def to_json(value: Any) -> Any:
     raise CelError(f"cannot show a {type(value).__name__}")
 
 
-@dataclass(frozen=True)
-class PolicyRun:
-    """What one admission policy made of one object."""
-
-    matched: bool
-    variables: dict[str, Any] = field(default_factory=dict)
-    patch: list[dict[str, Any]] | None = None
-    messages: list[str] | None = None
-    audit: dict[str, str] | None = None
-
-
 def run_policy(
     policy: dict[str, Any],
     objects: list[dict[str, Any]],
@@ -737,7 +728,7 @@ def _run_one(spec: dict[str, Any], obj: dict[str, Any], request: dict[str, Any])
     bound = {"object": to_cel(obj), "request": to_cel(request), "variables": values}
     for condition in spec.get("matchConditions", []):
         if compiled(condition["expression"]).evaluate(bound) != celtypes.BoolType(True):
-            return PolicyRun(False)
+            return PolicyRun(matched=False)
     shown: dict[str, Any] = {}
     for variable in spec.get("variables", []):
         value = compiled(variable["expression"]).evaluate(bound)
@@ -756,4 +747,4 @@ def _run_one(spec: dict[str, Any], obj: dict[str, Any], request: dict[str, Any])
         value = to_json(compiled(annotation["valueExpression"]).evaluate(bound))
         if value is not None and (not isinstance(value, str) or value.strip()):
             audit[annotation["key"]] = value
-    return PolicyRun(True, shown, patch, messages or None, audit or None)
+    return PolicyRun(True, shown, patch=patch, messages=messages or None, audit=audit or None)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import jsonpatch
 
@@ -27,14 +28,22 @@ POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
 NAMESPACES = ("e2e-0123abcd", "pm-0123abcd-prod")
 
 
-class Run(Protocol):
+@dataclass(frozen=True)
+class PolicyRun:
+    """What one admission policy made of one object (with the API server's evaluator, also
+    the CEL cost it took)."""
+
     matched: bool
-    patch: list[dict[str, Any]] | None
-    messages: list[str] | None
-    audit: dict[str, str] | None
+    variables: dict[str, Any] = field(default_factory=dict)
+    cost: int = 0
+    patch: list[dict[str, Any]] | None = None
+    messages: list[str] | None = None
+    audit: dict[str, str] | None = None
 
 
-RunPolicy = Callable[[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]], Sequence[Run]]
+RunPolicy = Callable[
+    [dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]], Sequence[PolicyRun]
+]
 
 
 def webhook_result(
