@@ -7,12 +7,14 @@ import fnmatch
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from castslice.backends import BACKENDS, backend_class
+from castslice.settings import chart_values as chart
 from castslice.settings.config import (
     DEFAULT_PRESETS,
-    MEBIBYTE,
+    MEMORY_UNITS,
     Config,
     ConfigError,
 )
@@ -197,7 +199,7 @@ class _Reader:
             # A bound set by another setting holds for the default too.
             if text is None:
                 text = environment_text(entry.default)
-            value = _PARSERS[entry.kind](self, entry, text)
+            value = KINDS[entry.kind].parse(self, entry, text)
         self.read[variable] = value
         return value
 
@@ -257,12 +259,17 @@ def _presets(read: _Reader, entry: Setting, value: str) -> dict[str, int]:
     return presets
 
 
+def choices(entry: Setting) -> tuple[str, ...]:
+    """What a choice may be: for CASTSLICE_BACKEND the backend table's names, which the
+    settings cannot import."""
+    found = tuple(BACKENDS) if entry.variable == BACKEND else entry.choices
+    assert found is not None, entry.variable
+    return found
+
+
 def _choice(read: _Reader, entry: Setting, value: str) -> str:
-    # The backends' names are the backend table's, which the settings cannot import.
-    choices = tuple(BACKENDS) if entry.variable == BACKEND else entry.choices
-    assert choices is not None, entry.variable
-    if value.strip() not in choices:
-        raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices)}")
+    if value.strip() not in choices(entry):
+        raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices(entry))}")
     return value.strip()
 
 
@@ -355,11 +362,6 @@ def _capacity_name(read: _Reader, entry: Setting, value: str) -> str:
     return value
 
 
-# Whole binary units only: each claim's share is then a whole number of MiB, which the
-# Helm chart's templates compute exactly as CastSlice does.
-MEMORY_UNITS = {"Mi": MEBIBYTE, "Gi": 2**30, "Ti": 2**40}
-
-
 def _gpu_memory(read: _Reader, entry: Setting, value: str) -> int:
     """The quantity in bytes."""
     name, most = entry.variable, read.upper(entry)
@@ -380,17 +382,49 @@ def _not_in_the_environment(read: _Reader, entry: Setting, value: str) -> None:
     raise AssertionError(f"{entry.variable} is read by its own code, not the table's parsers")
 
 
-_PARSERS: dict[Kind, Callable[[_Reader, Setting, str], Any]] = {
-    Kind.CHOICE: _choice,
-    Kind.COUNT: _count,
-    Kind.COUNTS: _counts,
-    Kind.RESOURCE: _extended_resource,
-    Kind.PRESETS: _presets,
-    Kind.PATH_TOKEN: _path_token,
-    Kind.BOOLEAN: _boolean,
-    Kind.DNS_SUBDOMAIN: _device_class,
-    Kind.CAPACITY: _capacity_name,
-    Kind.MEMORY: _gpu_memory,
-    Kind.POLICY: _not_in_the_environment,
-    Kind.NAMESPACES: _not_in_the_environment,
+Schema = Callable[[Setting, int | None, tuple[str, ...]], dict[str, Any]]
+TemplateLines = Callable[[Setting], list[str]]
+
+
+@dataclass(frozen=True)
+class SettingKind:
+    """Everything that depends on a setting's kind, in one place: how its variable is read,
+    and for a kind the chart sets, what its value may be (JSON Schema), how a template
+    writes it back as the variable's text, how it checks a bound by another setting and
+    what else the schema cannot state, and the command line's placeholder for it."""
+
+    parse: Callable[[_Reader, Setting, str], Any]
+    schema: Schema | None = None
+    chart_text: TemplateLines = chart.string_text
+    bound_check: TemplateLines | None = None
+    chart_checks: TemplateLines | None = None
+    metavar: str = "NAME"
+
+
+KINDS: dict[Kind, SettingKind] = {
+    Kind.CHOICE: SettingKind(_choice, chart.choice_schema),
+    Kind.COUNT: SettingKind(
+        _count, chart.count_schema, chart.count_text, chart.count_bound, metavar="N"
+    ),
+    Kind.COUNTS: SettingKind(
+        _counts, chart.counts_schema, chart.counts_text, chart.counts_bound, metavar="M,..."
+    ),
+    Kind.RESOURCE: SettingKind(
+        _extended_resource, chart.resource_schema, chart_checks=chart.resource_checks
+    ),
+    Kind.PRESETS: SettingKind(
+        _presets,
+        chart.presets_schema,
+        chart.presets_text,
+        chart.presets_bound,
+        chart.presets_checks,
+        metavar="T=N,...",
+    ),
+    Kind.PATH_TOKEN: SettingKind(_path_token, chart.path_token_schema),
+    Kind.BOOLEAN: SettingKind(_boolean, chart.boolean_schema, chart.boolean_text),
+    Kind.DNS_SUBDOMAIN: SettingKind(_device_class, chart.dns_subdomain_schema),
+    Kind.CAPACITY: SettingKind(_capacity_name, chart.capacity_schema),
+    Kind.MEMORY: SettingKind(_gpu_memory, chart.memory_schema, metavar="QUANTITY"),
+    Kind.POLICY: SettingKind(_not_in_the_environment),
+    Kind.NAMESPACES: SettingKind(_not_in_the_environment, chart.namespaces_schema),
 }

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import pytest
 import yaml
+from starlette.testclient import TestClient
 
 from castslice.contract.definitions import TemplateLocation, WorkloadKind
+from castslice.decision.slices import MAX_WARNING_LENGTH
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu-shared"
@@ -184,3 +187,51 @@ def unreachable_kubeconfig(directory: Path, server: str = "https://127.0.0.1:1")
         )
     )
     return kubeconfig
+
+
+def post(client: TestClient, review: dict, path: str = "/?timeout=5s"):
+    return client.post(path, content=json.dumps(review), headers=JSON_HEADERS)
+
+
+def review_response(client: TestClient, review: dict, path: str = "/?timeout=5s") -> dict:
+    answer = post(client, review, path)
+    assert answer.status_code == 200
+    assert media_type(answer) == "application/json"
+    body = answer.json()
+    assert body["apiVersion"] == "admission.k8s.io/v1"
+    assert body["kind"] == "AdmissionReview"
+    assert body["response"]["uid"] == review["request"]["uid"]
+    assert body["response"]["allowed"] is True
+    return body["response"]
+
+
+def log_lines(capsys: pytest.CaptureFixture) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def workload_review(manifest: dict, operation: str = "CREATE") -> dict:
+    group, _, version = manifest["apiVersion"].rpartition("/")
+    kind = {"group": group, "version": version, "kind": manifest["kind"]}
+    return make_review(manifest, operation=operation, kind=kind)
+
+
+def assert_warned_only(response: dict) -> list[str]:
+    """The answer to a workload: allowed, never a patch; its warnings."""
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert "patchType" not in response
+    assert "auditAnnotations" not in response
+    warnings = response.get("warnings", [])
+    for warning in warnings:
+        assert len(warning) <= MAX_WARNING_LENGTH, warning
+        assert warning.isprintable(), warning
+    return warnings
+
+
+class Ran:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def warnings(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.startswith("Warning: ")]

@@ -21,8 +21,8 @@ from tests.factories import (
     make_pod,
     make_review,
     opted_in,
+    review_response,
 )
-from tests.test_http import review_response
 
 SHARED_NVIDIA = "nvidia.com/gpu.shared"
 REPLICAS = "nvidia.com/gpu.replicas"

@@ -24,8 +24,7 @@ from starlette.testclient import TestClient
 
 from castslice import cli
 from castslice.render.manifests import MAX_FILE_BYTES
-from tests.factories import apply_response, make_review
-from tests.test_http import review_response
+from tests.factories import Ran, apply_response, make_review, review_response
 
 HERE = Path(__file__).resolve().parent / "cli"
 MANIFESTS = HERE / "manifests"
@@ -53,15 +52,6 @@ TEMPLATE_PATHS = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 PodOf = tuple[dict[str, Any], tuple[str, ...]]
-
-
-class Ran:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    @property
-    def warnings(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.startswith("Warning: ")]
 
 
 @pytest.fixture

@@ -43,8 +43,8 @@ from tests.factories import (
     make_pod,
     make_review,
     opted_in,
+    review_response,
 )
-from tests.test_http import review_response
 
 KUBERNETES = "1.37.0"
 DRA = {"CASTSLICE_BACKEND": "dra"}

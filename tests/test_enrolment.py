@@ -31,10 +31,12 @@ from tests.factories import (
     apply_response,
     container,
     gpu_container,
+    log_lines,
     make_pod,
     make_review,
+    review_response,
 )
-from tests.test_http import log_lines, review_response
+from tests.registrations import SELECTOR_CASES
 
 PRESETS = {"training": 4, "inference": 2, "batch": 2, "dev": 1}
 SPEC_EXAMPLE = """
@@ -426,21 +428,6 @@ def test_a_glob_is_compiled_once_and_a_name_is_not_a_glob() -> None:
         True,
         False,
     ]
-
-
-# Kubernetes' label selector semantics, written out: (operator, values, labels, matches).
-SELECTOR_CASES = [
-    ("In", ["a", "b"], {"k": "a"}, True),
-    ("In", ["a", "b"], {"k": "c"}, False),
-    ("In", ["a"], {}, False),
-    ("NotIn", ["a", "b"], {"k": "c"}, True),
-    ("NotIn", ["a", "b"], {"k": "a"}, False),
-    ("NotIn", ["a"], {}, True),  # a Pod without the label is not in the set
-    ("Exists", [], {"k": ""}, True),
-    ("Exists", [], {"x": "k"}, False),
-    ("DoesNotExist", [], {}, True),
-    ("DoesNotExist", [], {"k": "a"}, False),
-]
 
 
 @pytest.mark.parametrize(("operator", "values", "labels", "expected"), SELECTOR_CASES)

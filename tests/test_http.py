@@ -19,33 +19,16 @@ from tests.factories import (
     apply_response,
     container,
     gpu_container,
+    log_lines,
     make_pod,
     make_review,
     media_type,
     opted_in,
+    post,
+    review_response,
 )
 
 TOKEN = "k7Qm2pX9vR4tY8wZ"
-
-
-def post(client: TestClient, review: dict, path: str = "/?timeout=5s"):
-    return client.post(path, content=json.dumps(review), headers=JSON_HEADERS)
-
-
-def review_response(client: TestClient, review: dict, path: str = "/?timeout=5s") -> dict:
-    answer = post(client, review, path)
-    assert answer.status_code == 200
-    assert media_type(answer) == "application/json"
-    body = answer.json()
-    assert body["apiVersion"] == "admission.k8s.io/v1"
-    assert body["kind"] == "AdmissionReview"
-    assert body["response"]["uid"] == review["request"]["uid"]
-    assert body["response"]["allowed"] is True
-    return body["response"]
-
-
-def log_lines(capsys: pytest.CaptureFixture) -> list[dict]:
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
 def test_opted_in_pod_is_rewritten(client: TestClient) -> None:

@@ -31,10 +31,9 @@ from castslice.decision.admission import Admission
 from castslice.environment import load_config
 from castslice.render.webhook_configuration import WORKLOAD_WEBHOOK, webhook_configuration
 from tests.conftest import ROOT
-from tests.test_cli_preview import Ran
-from tests.test_http import review_response
-from tests.test_registration import URL, Sender, webhook
-from tests.test_workloads import assert_warned_only, workload_review
+from tests.factories import Ran, assert_warned_only, review_response, workload_review
+from tests.operator_samples import RAYCLUSTER
+from tests.registrations import URL, Sender, webhook
 
 OPERATOR_KINDS = tuple(kind for kind in WORKLOAD_KINDS if kind.custom_resource)
 OPTIMIZE = "castops.io/optimize"
@@ -84,54 +83,6 @@ spec:
               resources:
                 limits:
                   nvidia.com/gpu: 8
-"""
-
-# KubeRay's ray-cluster.sample.yaml, with a GPU worker group.
-RAYCLUSTER = """\
-apiVersion: ray.io/v1
-kind: RayCluster
-metadata:
-  name: raycluster-kuberay
-  namespace: ml
-  annotations:
-    castops.io/optimize: "true"
-spec:
-  rayVersion: '2.46.0'
-  headGroupSpec:
-    rayStartParams: {}
-    template:
-      spec:
-        containers:
-          - name: ray-head
-            image: rayproject/ray:2.46.0
-            resources:
-              limits: {cpu: 1, memory: 2G}
-  workerGroupSpecs:
-    - replicas: 1
-      groupName: gpu-group
-      rayStartParams: {}
-      template:
-        metadata:
-          annotations:
-            castops.io/optimize: "true"
-            castops.io/workload-type: inference
-        spec:
-          containers:
-            - name: ray-worker
-              image: rayproject/ray:2.46.0-gpu
-              resources:
-                limits: {cpu: 1, memory: 1G, nvidia.com/gpu: 1}
-    - replicas: 1
-      groupName: cpu-group
-      rayStartParams: {}
-      template:
-        metadata:
-          annotations:
-            castops.io/optimize: "true"
-        spec:
-          containers:
-            - name: ray-worker
-              image: rayproject/ray:2.46.0
 """
 
 

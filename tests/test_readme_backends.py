@@ -16,22 +16,10 @@ import pytest
 from castslice.environment import load_config
 from castslice.serve.core import Webhook
 from tests.factories import apply_response, gpu_container, make_pod, make_review, opted_in
+from tests.markdown import markdown_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 HEADER = "| the Pod says (slices) |"
-
-
-def markdown_table(path: Path, header: str) -> tuple[list[str], list[list[str]]]:
-    """The header cells and the rows of the table in `path` whose header line starts with
-    `header`."""
-    lines = path.read_text().splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith(header))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return [cell.strip() for cell in lines[start].strip("|").split("|")], rows
 
 
 def readme_table() -> tuple[list[str], list[list[str]]]:

@@ -37,21 +37,27 @@ from castslice.render.webhook_configuration import (
     webhook_configuration,
 )
 from castslice.settings.config import Config
-from castslice.settings.enrolment_policy import load_policy
 from castslice.settings.rules import Policy
 from tests.conftest import ROOT
-from tests.test_enrolment import SELECTOR_CASES
+from tests.registrations import (
+    CEL,
+    KINDS,
+    SELECTOR_CASES,
+    URL,
+    WORKLOADS,
+    Sender,
+    pods,
+    policies,
+    webhook,
+)
 
 SHIPPED = ROOT / "infra" / "webhook" / "mutatingwebhookconfiguration.yaml"
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
-PRESETS = {"training": 4, "inference": 2, "batch": 2, "dev": 1}
-URL = "https://castslice.example/"
-_ENV = celpy.Environment()
 
 
 def evaluate(expression: str, **variables: Any) -> bool:
     """`expression` as a CEL interpreter computes it; an evaluation error fails the test."""
-    program = _ENV.program(_ENV.compile(expression))
+    program = CEL.program(CEL.compile(expression))
     result = program.evaluate({name: celpy.json_to_cel(value) for name, value in variables.items()})
     assert isinstance(result, celpy.celtypes.BoolType), result
     return bool(result)
@@ -59,32 +65,6 @@ def evaluate(expression: str, **variables: Any) -> bool:
 
 def with_policy(text: str, **environment: str) -> Config:
     return load_config({"CASTSLICE_POLICY": text, **environment})
-
-
-def webhook(document: dict, name: str) -> dict:
-    return next(hook for hook in document["webhooks"] if hook["name"] == name)
-
-
-class Sender:
-    """The API server's choice for one webhook: every matchCondition must be true."""
-
-    def __init__(self, hook: dict) -> None:
-        self.programs = [
-            _ENV.program(_ENV.compile(condition["expression"]))
-            for condition in hook["matchConditions"]
-        ]
-
-    def sends(self, obj: dict, namespace: str) -> bool:
-        activation = {
-            "object": celpy.json_to_cel(obj),
-            "request": celpy.json_to_cel({"namespace": namespace, "operation": "CREATE"}),
-        }
-        results = []
-        for program in self.programs:
-            result = program.evaluate(activation)
-            assert isinstance(result, celpy.celtypes.BoolType), result
-            results.append(bool(result))
-        return all(results)
 
 
 # CEL builders ---------------------------------------------------------------------------------
@@ -256,32 +236,6 @@ def test_the_workload_webhook_covers_every_pod_template_kind() -> None:
     ]
 
 
-def template(annotations: dict | None) -> dict:
-    metadata = {} if annotations is None else {"annotations": annotations}
-    return {"metadata": metadata, "spec": {"containers": [{"name": "a"}]}}
-
-
-WORKLOADS = [
-    # (workload, sent): annotations on the object, on its template, on a CronJob's template.
-    ({"metadata": {"annotations": {"castops.io/optimize": "true"}}, "spec": {}}, True),
-    ({"metadata": {}, "spec": {"template": template({"castops.io/slice-ratio": "x"})}}, True),
-    ({"metadata": {}, "spec": {"template": template({"castops.io/optimize": "true"})}}, True),
-    (
-        {
-            "metadata": {},
-            "spec": {"jobTemplate": {"spec": {"template": template({"castops.io/a": "1"})}}},
-        },
-        True,
-    ),
-    ({"metadata": {"annotations": {"other.io/x": "y"}}, "spec": {"template": template({})}}, False),
-    ({"metadata": {}, "spec": {"template": template(None)}}, False),
-    ({"metadata": {}, "spec": {"jobTemplate": {"spec": {"template": {}}}}}, False),
-    ({"metadata": {}, "spec": {"jobTemplate": {}}}, False),
-    ({"metadata": {}}, False),
-    ({"metadata": {"annotations": {"castops.io.example/x": "y"}}}, False),
-]
-
-
 @pytest.mark.parametrize(("workload", "sent"), WORKLOADS)
 def test_only_workloads_with_castslice_annotations_are_sent(workload: dict, sent: bool) -> None:
     hook = webhook(webhook_configuration(load_config({}), url=URL), WORKLOAD_WEBHOOK)
@@ -378,110 +332,7 @@ def test_the_gpu_resource_is_the_configured_one() -> None:
 
 # Equivalence: what the CEL sends is what the policy enrols ----------------------------------
 
-KINDS = ("initContainers", "containers", "ephemeralContainers")
 NAMESPACES = ["research", "team-a", "team-b", "prod", "t0-prod", "default", "tx"]
-LABEL_KEYS = ["tier", "team", "example.com/gpu"]
-LABEL_VALUES = ["dev", "prod", "a"]
-
-# Resources as the API server hands them to CEL (a null map is never there: it is dropped
-# when the request is decoded); half of them name the GPU, in requests, limits or both.
-resources = st.sampled_from(
-    [
-        None,
-        {},
-        {"limits": {"cpu": "1"}},
-        {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}},
-        {"limits": {"nvidia.com/gpu": "1"}},
-        {"requests": {"nvidia.com/gpu": "2"}},
-        {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
-        {"limits": {"nvidia.com/gpu-shared": "1"}},
-        # Zero and odd spellings: the CEL goes by the GPU's name, whatever the quantity.
-        {"limits": {"nvidia.com/gpu": "0"}},
-        {"requests": {"nvidia.com/gpu": "00"}},
-        {"limits": {"nvidia.com/gpu": 0.0}},
-        {"limits": {"nvidia.com/gpu": "1e0"}},
-        {"requests": {"nvidia.com/gpu": 0}, "limits": {"cpu": "1"}},
-    ]
-)
-
-
-@st.composite
-def pods(draw: st.DrawFn) -> dict:
-    spec: dict[str, Any] = {}
-    for kind in KINDS:
-        # Every Pod has containers; init and ephemeral ones sometimes.
-        count = draw(st.integers(1, 2)) if kind == "containers" else draw(st.integers(0, 1))
-        if count or draw(st.booleans()):
-            items = []
-            for index in range(count):
-                item: dict[str, Any] = {"name": f"{kind}-{index}"}
-                chosen = draw(resources)
-                if chosen is not None:
-                    item["resources"] = chosen
-                items.append(item)
-            spec[kind] = items
-    metadata: dict[str, Any] = {"name": "p"}
-    labels = draw(st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES)))
-    if labels or draw(st.booleans()):
-        metadata["labels"] = labels
-    annotations: dict[str, str] = {}
-    optimize = draw(st.sampled_from([None, None, None, None, "true", "false", "yes", ""]))
-    if optimize is not None:
-        annotations["castops.io/optimize"] = optimize
-    if draw(st.integers(0, 9)) == 0:
-        annotations["kubernetes.io/config.mirror"] = "x"
-    if draw(st.booleans()):
-        annotations["team.example.com/owner"] = "vision"
-    if annotations or draw(st.booleans()):
-        metadata["annotations"] = annotations
-    return {"metadata": metadata, "spec": spec}
-
-
-requirements = st.one_of(
-    st.builds(
-        lambda key, operator, values: {"key": key, "operator": operator, "values": values},
-        st.sampled_from(LABEL_KEYS),
-        st.sampled_from(["In", "NotIn"]),
-        st.lists(st.sampled_from(LABEL_VALUES), min_size=1, max_size=2, unique=True),
-    ),
-    st.builds(
-        lambda key, operator: {"key": key, "operator": operator},
-        st.sampled_from(LABEL_KEYS),
-        st.sampled_from(["Exists", "DoesNotExist"]),
-    ),
-)
-
-
-@st.composite
-def policies(draw: st.DrawFn) -> Policy:
-    rules = []
-    for index in range(draw(st.integers(1, 4))):
-        optimize = draw(st.sampled_from([True, True, False]))
-        rule: dict[str, Any] = {"name": f"rule {index}", "optimize": optimize}
-        if draw(st.booleans()):
-            rule["namespaces"] = draw(
-                st.lists(
-                    st.sampled_from(["research", "team-*", "*-prod", "t?", "[rt]*", "default"]),
-                    min_size=1,
-                    max_size=3,
-                )
-            )
-        if draw(st.booleans()):
-            selector: dict[str, Any] = {}
-            if draw(st.booleans()):
-                selector["matchLabels"] = draw(
-                    st.dictionaries(
-                        st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=2
-                    )
-                )
-            selector["matchExpressions"] = draw(st.lists(requirements, max_size=2))
-            rule["podSelector"] = selector
-        if rule["optimize"] and draw(st.booleans()):
-            rule["workloadType"] = "dev"
-        rules.append(rule)
-    policy = load_policy(json.dumps({"rules": rules}), PRESETS, 1000)
-    assert policy is not None
-    return policy
 
 
 def function_wants(policy: Policy | None, pod: dict, namespace: str) -> bool:

@@ -32,35 +32,19 @@ from castslice.render.webhook_configuration import (
 from castslice.settings.config import Config
 from castslice.settings.rules import Policy
 from tests.factories import TRAINER
-from tests.test_registration import URL, WORKLOADS, Sender, pods, policies, webhook
+from tests.registrations import (
+    OWN,
+    URL,
+    WORKLOADS,
+    Registration,
+    pods,
+    policies,
+    registration,
+    webhook,
+)
 
-OWN = "gpu-tools"
 # The excluded ones (the system's, the configured own namespace) among ordinary ones.
 NAMESPACES = [*SYSTEM_NAMESPACES, OWN, "castslice", "research", "team-a", "default", "tx"]
-
-
-class Registration:
-    """What the API server does with one webhook of a registration: its namespaceSelector,
-    then every matchCondition."""
-
-    def __init__(self, hook: dict) -> None:
-        self.sender = Sender(hook)
-        (expression,) = hook["namespaceSelector"]["matchExpressions"]
-        assert (expression["key"], expression["operator"]) == (
-            "kubernetes.io/metadata.name",
-            "NotIn",
-        )
-        self.excluded = set(expression["values"])
-
-    def sends(self, obj: dict, namespace: str, *, cluster_scoped: bool = False) -> bool:
-        # The namespaceSelector never skips a cluster-scoped object.
-        in_scope = cluster_scoped or namespace not in self.excluded
-        return in_scope and self.sender.sends(obj, namespace)
-
-
-def registration(config: Config, name: str) -> Registration:
-    document = webhook_configuration(config, url=URL, own_namespace=OWN)
-    return Registration(webhook(document, name))
 
 
 @settings(max_examples=60, deadline=None)

@@ -29,10 +29,10 @@ from castslice.contract.shapes import KSERVE_PREDICTOR_IMPLEMENTATIONS
 from castslice.environment import load_config
 from castslice.render.selection import sends_pod
 from castslice.render.webhook_configuration import POD_WEBHOOK
-from tests.test_cli_preview import Ran
-from tests.test_operator_kinds import RAYCLUSTER
-from tests.test_readme_backends import markdown_table
-from tests.test_selection import OWN, registration
+from tests.factories import Ran
+from tests.markdown import markdown_table
+from tests.operator_samples import RAYCLUSTER
+from tests.registrations import OWN, registration
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu-shared"

@@ -18,10 +18,20 @@ from castslice.contract import definitions as contract
 from castslice.contract import review
 from castslice.contract.review import UnreadableObject, decode_review
 from castslice.decision.admission import Admission
-from castslice.decision.slices import MAX_WARNING_LENGTH, clip
+from castslice.decision.slices import clip
 from castslice.environment import load_config
-from tests.factories import GPU, TRAINER, container, gpu_container, make_review, opted_in
-from tests.test_http import log_lines, review_response
+from tests.factories import (
+    GPU,
+    TRAINER,
+    assert_warned_only,
+    container,
+    gpu_container,
+    log_lines,
+    make_review,
+    opted_in,
+    review_response,
+    workload_review,
+)
 
 OPTIMIZE = "castops.io/optimize"
 RATIO = "castops.io/slice-ratio"
@@ -75,12 +85,6 @@ def workload(
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
 
 
-def workload_review(manifest: dict, operation: str = "CREATE") -> dict:
-    group, _, version = manifest["apiVersion"].rpartition("/")
-    kind = {"group": group, "version": version, "kind": manifest["kind"]}
-    return make_review(manifest, operation=operation, kind=kind)
-
-
 def template_of(manifest: dict) -> dict:
     spec = manifest["spec"]
     return spec["jobTemplate"]["spec"]["template"] if "jobTemplate" in spec else spec["template"]
@@ -90,19 +94,6 @@ def pod_of(manifest: dict) -> dict:
     """The Pod the workload's controller would create from its template."""
     template = copy.deepcopy(template_of(manifest))
     return {"apiVersion": "v1", "kind": "Pod", **template}
-
-
-def assert_warned_only(response: dict) -> list[str]:
-    """The answer to a workload: allowed, never a patch; its warnings."""
-    assert response["allowed"] is True
-    assert "patch" not in response
-    assert "patchType" not in response
-    assert "auditAnnotations" not in response
-    warnings = response.get("warnings", [])
-    for warning in warnings:
-        assert len(warning) <= MAX_WARNING_LENGTH, warning
-        assert warning.isprintable(), warning
-    return warnings
 
 
 @pytest.fixture

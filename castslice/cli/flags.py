@@ -14,51 +14,34 @@ import sys
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from castslice.backends import BACKENDS
-from castslice.environment import load_config, unknown_settings
+from castslice.environment import KINDS, choices, load_config, unknown_settings
 from castslice.settings import table
-from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
+from castslice.settings.config import Config, ConfigError
+from castslice.settings.table import Kind
 
 
 class Setting(NamedTuple):
+    """A setting of the table that has a flag."""
+
     variable: str
+    flag: str
     metavar: str
     help: str
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def flag(self) -> str:
-        flag = table.setting(self.variable).flag
-        assert flag is not None, self.variable
-        return flag
+    choices: tuple[str, ...] | None
 
 
-SETTINGS = (
-    Setting("CASTSLICE_BACKEND", "NAME", "how Pods are placed", tuple(BACKENDS)),
-    Setting("CASTSLICE_SLICES_PER_GPU", "N", "slices that make one GPU"),
+# Every setting of the table with a flag, its placeholder the kind's, its choices the table's.
+SETTINGS = tuple(
     Setting(
-        "CASTSLICE_SHARING_DEGREES", "M,...", "clients per GPU the sharing nodes offer, e.g. 2,4"
-    ),
-    Setting("CASTSLICE_SHARING_STRATEGY", "NAME", "time-slicing or mps", SHARING_STRATEGIES),
-    Setting("CASTSLICE_SHARED_RESOURCE", "NAME", "the resource written"),
-    Setting("CASTSLICE_GPU_RESOURCE", "NAME", "the resource rewritten"),
-    Setting("CASTSLICE_PRESETS", "T=N,...", "workload types and their slices"),
-    Setting(
-        "CASTSLICE_DEFAULT_SLICES", "N", "slices when no annotation or policy rule gives a count"
-    ),
-    Setting("CASTSLICE_MAX_SLICE_RATIO", "N", "the most slices a Pod may ask for"),
-    Setting(
-        "CASTSLICE_DRA_DEVICE_CLASS", "NAME", "the DeviceClass the dra backend's claims name"
-    ),
-    Setting(
-        "CASTSLICE_DRA_CAPACITY", "NAME",
-        "the device capacity the dra backend's claims request shares of",
-    ),
-    Setting(
-        "CASTSLICE_DRA_GPU_MEMORY", "QUANTITY",
-        "one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
-    ),
-)  # fmt: skip
+        entry.variable,
+        entry.flag,
+        KINDS[entry.kind].metavar,
+        entry.flag_help,
+        choices(entry) if entry.kind is Kind.CHOICE else None,
+    )
+    for entry in table.SETTINGS
+    if entry.flag is not None
+)
 
 
 def add_settings(parser: argparse.ArgumentParser) -> None:

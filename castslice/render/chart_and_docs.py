@@ -5,7 +5,8 @@ writes them: `python -m castslice.render.chart_and_docs` (`make generate`).
   are the chart's own and stay as written);
 - charts/castslice/values.yaml: the settings' documented defaults, between markers;
 - charts/castslice/templates/_settings.tpl: the one check of the rules between settings
-  that a JSON Schema cannot state, which `helm template` and `helm install` run;
+  that a JSON Schema cannot state, which `helm template` and `helm install` run, the
+  CASTSLICE_* environment written from the values and the release's command-line flags;
 - docs/configuration.md: the table of variables, between markers.
 
 `--check` writes nothing and exits 1 naming each stale file (tests/deploy/test_chart_settings.py
@@ -23,18 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from castslice.backends import BACKENDS, backend_class
-from castslice.environment import MEMORY_UNITS
-from castslice.settings.names import (
-    CAPACITY_NAME,
-    DNS_LABEL,
-    DNS_SUBDOMAIN,
-    MAX_CAPACITY_DOMAIN_LENGTH,
-    MAX_LABEL_LENGTH,
-    MAX_SUBDOMAIN_LENGTH,
-    MIN_PATH_TOKEN_LENGTH,
-    PATH_TOKEN,
-    QUALIFIED_NAME,
-)
+from castslice.environment import KINDS, choices
+from castslice.settings.chart_values import nullable, ref
 from castslice.settings.table import (
     BACKEND,
     SETTINGS,
@@ -59,106 +50,18 @@ CHART_SETTINGS = tuple(entry for entry in SETTINGS if entry.value is not None)
 # values.schema.json
 
 
-def _resource_schema() -> dict[str, Any]:
-    local = QUALIFIED_NAME.pattern.replace("*", f"{{0,{MAX_LABEL_LENGTH - 2}}}")
-    return {
-        "type": "string",
-        "maxLength": MAX_SUBDOMAIN_LENGTH + 1 + MAX_LABEL_LENGTH,
-        "pattern": f"^{DNS_SUBDOMAIN.pattern}/{local}$",
-        "not": {"pattern": "^([^/]*\\.)?kubernetes\\.io/"},
-    }
-
-
-def decimal_range(most: int) -> str:
-    """A regular expression for the whole numbers 1 to `most`, written without leading zeros."""
-    digits = str(most)
-    shorter = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
-    return "(" + "|".join(shorter + _at_most(digits, first=True)) + ")"
-
-
-def _at_most(digits: str, *, first: bool) -> list[str]:
-    """Alternatives for the numbers of len(digits) digits up to `digits`."""
-    low = 1 if first else 0
-    head, rest = int(digits[0]), digits[1:]
-    tail = f"[0-9]{{{len(rest)}}}" if len(rest) > 1 else "[0-9]" * len(rest)
-    below = []
-    if head - 1 >= low:
-        span = str(low) if head - 1 == low else f"[{low}-{head - 1}]"
-        below = [span + tail]
-    if not rest:
-        return [f"[{low}-{head}]" if head > low else str(head)]
-    return below + [digits[0] + part for part in _at_most(rest, first=False)]
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [{"type": "null"}, schema]}
-
-
 def property_schema(entry: Setting) -> dict[str, Any]:
     """The JSON Schema of one setting's chart value: what it alone may be."""
     most = None if entry.maximum is None else upper_bound(entry)
-    kind = entry.kind
-    if kind is Kind.CHOICE:
-        schema: dict[str, Any] = {"enum": list(_choices(entry))}
-    elif kind is Kind.COUNT:
-        schema = {"type": "integer", "minimum": entry.minimum, "maximum": most}
-        if entry.reserved is not None:
-            schema["not"] = {"const": entry.reserved}
-    elif kind is Kind.COUNTS:
-        schema = {"type": "array"}
-        if entry.in_environment:
-            # An empty list is an empty variable, which the application refuses.
-            schema["minItems"] = 1
-            # The application refuses a count listed twice; the chart's own lists dedupe.
-            schema["uniqueItems"] = True
-        schema["items"] = {"type": "integer", "minimum": entry.minimum, "maximum": most}
-    elif kind is Kind.RESOURCE:
-        schema = _resource_schema()
-    elif kind is Kind.PRESETS:
-        count = {"type": "integer", "minimum": 1, "maximum": most}
-        schema = {
-            "type": "object",
-            "propertyNames": {"pattern": "^[^=,\\s]+$"},
-            "additionalProperties": _nullable(count),
-        }
-    elif kind is Kind.PATH_TOKEN:
-        token = PATH_TOKEN.pattern.removesuffix("+") + f"{{{MIN_PATH_TOKEN_LENGTH},}}"
-        schema = {"type": "string", "pattern": f"^{token}$"}
-    elif kind is Kind.BOOLEAN:
-        schema = {"type": "boolean"}
-    elif kind is Kind.DNS_SUBDOMAIN:
-        schema = {
-            "type": "string",
-            "maxLength": MAX_SUBDOMAIN_LENGTH,
-            "pattern": f"^{DNS_SUBDOMAIN.pattern}$",
-        }
-    elif kind is Kind.CAPACITY:
-        schema = {
-            "type": "string",
-            "maxLength": MAX_CAPACITY_DOMAIN_LENGTH + 1 + 32,
-            "pattern": f"^({DNS_SUBDOMAIN.pattern}/)?{CAPACITY_NAME.pattern}$",
-        }
-    elif kind is Kind.MEMORY:
-        assert most is not None
-        units = [f"{decimal_range(most // size)}{unit}" for unit, size in MEMORY_UNITS.items()]
-        schema = {"type": "string", "pattern": f"^({'|'.join(units)})$"}
-    elif kind is Kind.NAMESPACES:
-        item = {"type": "string", "pattern": f"^{DNS_LABEL.pattern}$"}
-        schema = {"type": "array", "uniqueItems": True, "items": item}
-    else:
-        raise AssertionError(f"{entry.variable}: the chart does not set a {kind.value}")
-    if entry.default is None and kind is not Kind.BOOLEAN:
-        schema = _nullable(schema)
+    kind = KINDS[entry.kind]
+    if kind.schema is None:
+        raise AssertionError(f"{entry.variable}: the chart does not set a {entry.kind.value}")
+    found = choices(entry) if entry.kind is Kind.CHOICE else ()
+    schema = kind.schema(entry, most, found)
+    if entry.default is None and entry.kind is not Kind.BOOLEAN:
+        schema = nullable(schema)
     schema["description"] = entry.variable if entry.in_environment else entry.meaning
     return schema
-
-
-def _choices(entry: Setting) -> tuple[str, ...]:
-    # The backends' names are the backend table's, which the settings layer cannot import.
-    if entry.variable == BACKEND:
-        return tuple(BACKENDS)
-    assert entry.choices is not None, entry.variable
-    return entry.choices
 
 
 def updated_schema(text: str) -> str:
@@ -202,7 +105,7 @@ def values_lines(parent: str) -> list[str]:
             continue
         note = entry.chart_note
         if entry.kind is Kind.CHOICE:
-            note = " | ".join(_choices(entry)) + (f" ({note})." if note else ".")
+            note = " | ".join(choices(entry)) + (f" ({note})." if note else ".")
         if note:
             lines += textwrap.wrap(note, 80, initial_indent="# ", subsequent_indent="# ")
         if isinstance(entry.default, dict):
@@ -261,42 +164,6 @@ def updated_configuration(text: str) -> str:
 # templates/_settings.tpl
 
 
-def _ref(variable: str) -> str:
-    return "$.Values." + chart_value(variable)
-
-
-def _bound_check(entry: Setting) -> list[str]:
-    assert isinstance(entry.maximum, str)
-    name, bound = chart_value(entry.variable), chart_value(entry.maximum)
-    most = f"(int {_ref(entry.maximum)})"
-    why = f"the application refuses {entry.variable} above {entry.maximum}"
-    if entry.kind is Kind.COUNT:
-        return [
-            f"{{{{- if gt (int {_ref(entry.variable)}) {most} }}}}",
-            f'{{{{- fail (printf "{name}: %d is above {bound} (%d); {why}" '
-            f"(int {_ref(entry.variable)}) {most}) }}}}",
-            "{{- end }}",
-        ]
-    if entry.kind is Kind.COUNTS:
-        return [
-            f"{{{{- range {_ref(entry.variable)} }}}}",
-            f"{{{{- if gt (int .) {most} }}}}",
-            f'{{{{- fail (printf "{name}: %d is above {bound} (%d); {why}" (int .) {most}) }}}}',
-            "{{- end }}",
-            "{{- end }}",
-        ]
-    if entry.kind is Kind.PRESETS:
-        return [
-            f"{{{{- range $type, $count := {_ref(entry.variable)} }}}}",
-            '{{- if and (not (kindIs "invalid" $count)) (gt (int $count) ' + most + ") }}",
-            f'{{{{- fail (printf "{name}.%s: %d is above {bound} (%d); {why}" '
-            f"$type (int $count) {most}) }}}}",
-            "{{- end }}",
-            "{{- end }}",
-        ]
-    raise AssertionError(f"{entry.variable}: no bound by another setting for a {entry.kind.value}")
-
-
 def _go_string(text: str) -> str:
     return json.dumps(text)
 
@@ -311,66 +178,47 @@ def _differs_check(entry: Setting) -> list[str]:
         pieces = backend_class(backend).default_shared_resource(marker).split(marker)
         parts = [_go_string(pieces[0])]
         for piece in pieces[1:]:
-            parts += [_ref(entry.differs_from), _go_string(piece)]
+            parts += [ref(entry.differs_from), _go_string(piece)]
         defaults += [_go_string(backend), f"(print {' '.join(parts)})"]
     return [
-        f"{{{{- $default := get (dict {' '.join(defaults)}) (toString {_ref(BACKEND)}) }}}}",
-        f"{{{{- if eq ({_ref(entry.variable)} | default $default) {_ref(entry.differs_from)} }}}}",
-        f"{{{{- if {_ref(entry.variable)} }}}}",
+        f"{{{{- $default := get (dict {' '.join(defaults)}) (toString {ref(BACKEND)}) }}}}",
+        f"{{{{- if eq ({ref(entry.variable)} | default $default) {ref(entry.differs_from)} }}}}",
+        f"{{{{- if {ref(entry.variable)} }}}}",
         f'{{{{- fail (printf "{name}: %q is also {other}; the shared resource must differ '
-        f'from the one it replaces ({entry.variable})" {_ref(entry.variable)}) }}}}',
+        f'from the one it replaces ({entry.variable})" {ref(entry.variable)}) }}}}',
         "{{- else }}",
         f"{{{{- fail (printf \"{name}: null is the %s backend's default %q, which is also "
         f'{other}; set {name} to another resource ({entry.variable})" '
-        f"{_ref(BACKEND)} $default) }}}}",
+        f"{ref(BACKEND)} $default) }}}}",
         "{{- end }}",
         "{{- end }}",
     ]
 
 
-def _domain_check(entry: Setting) -> list[str]:
-    """A resource's domain is a DNS subdomain of at most 253 characters, a length the
-    schema's pattern cannot count (Go's regular expressions have no lookahead)."""
-    name, ref = chart_value(entry.variable), _ref(entry.variable)
-    return [
-        f'{{{{- if and {ref} (gt (len (first (splitList "/" (toString {ref})))) '
-        f"{MAX_SUBDOMAIN_LENGTH}) }}}}",
-        f'{{{{- fail (printf "{name}: the domain of %q is longer than {MAX_SUBDOMAIN_LENGTH} '
-        f'characters ({entry.variable})" {ref}) }}}}',
-        "{{- end }}",
+def _environment_helper() -> list[str]:
+    """The CASTSLICE_* environment from the values named after each variable, one
+    `VARIABLE: "text"` line each; a null value leaves its variable out (the application's
+    default applies), and a secret one is the Deployment's to read from its Secret."""
+    lines = [
+        "",
+        '{{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the',
+        "values named after each variable. Metrics come from metrics.*, so the port the",
+        "container declares and the one the application listens on cannot drift apart. */}}",
+        '{{- define "castslice.settings" -}}',
+        "{{- $lines := list }}",
+        '{{- $value := "" }}',
     ]
-
-
-def _not_empty_check(entry: Setting) -> list[str]:
-    """A map whose every entry is null would be an empty variable, which is refused."""
-    name = chart_value(entry.variable)
-    return [
-        "{{- $kept := list }}",
-        f"{{{{- range $type, $count := {_ref(entry.variable)} }}}}",
-        '{{- if not (kindIs "invalid" $count) }}{{ $kept = append $kept $type }}{{ end }}',
-        "{{- end }}",
-        "{{- if not $kept }}",
-        f'{{{{- fail "{name}: every entry is null; keep at least one ({entry.variable} '
-        'cannot be empty)" }}',
-        "{{- end }}",
-    ]
-
-
-def _encoded(entry: Setting) -> list[str]:
-    """Lines that set $value to the setting's value as its variable's text ("" when null)."""
-    ref = _ref(entry.variable)
-    if entry.kind is Kind.COUNT:
-        return [f"{{{{- $value = int {ref} | toString }}}}"]
-    if entry.kind in (Kind.COUNTS, Kind.PRESETS):
-        each = (
-            "{{- range " + ref + " }}{{ $items = append $items (int . | toString) }}{{ end }}"
-            if entry.kind is Kind.COUNTS
-            else "{{- range $type, $count := " + ref + ' }}{{ if not (kindIs "invalid" $count) }}'
-            '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}'
-        )
-        return ["{{- $items := list }}", each, '{{- $value = join "," $items }}']
-    assign = "{{ $value = toString . }}{{ end }}"
-    return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{assign}"]
+    for entry in CHART_SETTINGS:
+        if not entry.in_environment or entry.secret:
+            continue
+        line = f'{{{{- $lines = append $lines (printf "{entry.variable}: %s" (quote $value)) }}}}'
+        if entry.default is None:
+            line = f"{{{{- if $value }}}}\n{line}\n{{{{- end }}}}"
+        if entry.chart_when is not None:
+            line = f"{{{{- if {ref(entry.chart_when)} }}}}\n{line}\n{{{{- end }}}}"
+        lines += [*KINDS[entry.kind].chart_text(entry), *line.split("\n")]
+    lines += ['{{- join "\\n" $lines }}', "{{- end -}}"]
+    return lines
 
 
 def _flags_helper() -> list[str]:
@@ -391,7 +239,7 @@ def _flags_helper() -> list[str]:
             # Go templates range over a map in the order of its keys.
             default = dict(sorted(default.items()))
         default_text = "" if default is None else environment_text(default)
-        lines += _encoded(entry)
+        lines += KINDS[entry.kind].chart_text(entry)
         lines.append(
             f"{{{{- if and $value (ne $value {_go_string(default_text)}) }}}}"
             f'{{{{ $flags = append $flags (printf "{entry.flag} %s" '
@@ -417,15 +265,17 @@ def check_template() -> str:
         '{{- define "castslice.checkSettings" -}}',
     ]
     for entry in CHART_SETTINGS:
+        kind = KINDS[entry.kind]
         if isinstance(entry.maximum, str):
-            lines += _bound_check(entry)
-        if entry.kind is Kind.RESOURCE:
-            lines += _domain_check(entry)
+            if kind.bound_check is None:
+                raise AssertionError(f"{entry.variable}: no bound by another setting for a kind")
+            lines += kind.bound_check(entry)
+        if kind.chart_checks is not None:
+            lines += kind.chart_checks(entry)
         if entry.differs_from is not None:
             lines += _differs_check(entry)
-        if entry.kind is Kind.PRESETS:
-            lines += _not_empty_check(entry)
     lines.append("{{- end -}}")
+    lines += _environment_helper()
     lines += _flags_helper()
     return "\n".join(lines) + "\n"
 

@@ -20,6 +20,10 @@ MAX_SLICE_RATIO_CEILING = 1_000_000
 MEBIBYTE = 2**20
 # Far above any GPU's memory (1 PiB); keeps quantities short.
 MAX_GPU_MEMORY = 2**50
+# The units of a GPU's memory (CASTSLICE_DRA_GPU_MEMORY): whole binary units only, so each
+# claim's share is a whole number of MiB, which the Helm chart's templates compute exactly
+# as CastSlice does.
+MEMORY_UNITS = {"Mi": MEBIBYTE, "Gi": 2**30, "Ti": 2**40}
 
 
 class ConfigError(ValueError):

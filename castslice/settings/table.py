@@ -87,6 +87,13 @@ class Setting:
     noun: str = "a count"
     # The command line's flag for it (castslice.cli.flags), or None: none.
     flag: str | None = None
+    # What the flag sets, for the command line's help.
+    flag_help: str = ""
+    # The chart keeps the value in a Secret: the Deployment reads it from there, and the
+    # environment block (templates/_settings.tpl) leaves it out.
+    secret: bool = False
+    # The variable of a boolean setting without which the chart leaves this one out.
+    chart_when: str | None = None
 
     @property
     def in_environment(self) -> bool:
@@ -101,6 +108,7 @@ SETTINGS: tuple[Setting, ...] = (
         "need GPU nodes without sharing ([backends.md](backends.md#whole-gpu-pods)).",
         chart_note="docs/backends.md",
         flag="--backend",
+        flag_help="how Pods are placed",
     ),
     Setting(
         "CASTSLICE_SLICES_PER_GPU", "slicesPerGpu", Kind.COUNT, Config.slices_per_gpu,
@@ -108,6 +116,7 @@ SETTINGS: tuple[Setting, ...] = (
         "(2) half, `dev` (1) a quarter. 1 to `CASTSLICE_MAX_SLICE_RATIO`.",
         maximum=MAX_SLICE_RATIO,
         flag="--slices-per-gpu",
+        flag_help="slices that make one GPU",
     ),
     Setting(
         "CASTSLICE_SHARING_DEGREES", "sharingDegrees", Kind.COUNTS, list(Config.sharing_degrees),
@@ -119,6 +128,7 @@ SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_SHARING_DEGREE,
         noun="a clients-per-GPU count",
         flag="--sharing-degrees",
+        flag_help="clients per GPU the sharing nodes offer, e.g. 2,4",
     ),
     Setting(
         "CASTSLICE_SHARING_STRATEGY", "sharingStrategy", Kind.CHOICE, Config.sharing_strategy,
@@ -127,6 +137,7 @@ SETTINGS: tuple[Setting, ...] = (
         chart_note="nvidia, gke",
         choices=SHARING_STRATEGIES,
         flag="--sharing-strategy",
+        flag_help="time-slicing or mps",
     ),
     Setting(
         "CASTSLICE_SHARED_RESOURCE", "sharedResource", Kind.RESOURCE, None,
@@ -137,11 +148,13 @@ SETTINGS: tuple[Setting, ...] = (
         "for nvidia).",
         differs_from=GPU_RESOURCE,
         flag="--shared-resource",
+        flag_help="the resource written",
     ),
     Setting(
         GPU_RESOURCE, "gpuResource", Kind.RESOURCE, Config.gpu_resource,
         "The resource that is rewritten.",
         flag="--gpu-resource",
+        flag_help="the resource rewritten",
     ),
     Setting(
         "CASTSLICE_PRESETS", "presets", Kind.PRESETS, dict(Config().presets),
@@ -152,6 +165,7 @@ SETTINGS: tuple[Setting, ...] = (
         "default type to null to drop it.",
         maximum=MAX_SLICE_RATIO,
         flag="--presets",
+        flag_help="workload types and their slices",
     ),
     Setting(
         "CASTSLICE_DEFAULT_SLICES", "defaultSlices", Kind.COUNT, Config.default_slices,
@@ -159,6 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`CASTSLICE_MAX_SLICE_RATIO`.",
         maximum=MAX_SLICE_RATIO,
         flag="--default-slices",
+        flag_help="slices when no annotation or policy rule gives a count",
     ),
     Setting(
         MAX_SLICE_RATIO, "maxSliceRatio", Kind.COUNT, Config.max_slice_ratio,
@@ -166,6 +181,7 @@ SETTINGS: tuple[Setting, ...] = (
         "presets and the default must fit under it.",
         maximum=MAX_SLICE_RATIO_CEILING,
         flag="--max-slice-ratio",
+        flag_help="the most slices a Pod may ask for",
     ),
     Setting(
         "CASTSLICE_POLICY", None, Kind.POLICY, None,
@@ -181,6 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
         "any other path gets a bare 404. At least 16 characters of `A-Z a-z 0-9 . _ ~ -`. "
         "For a public URL ([security.md](security.md)).",
         chart_note="The last path segment the API server calls; null: none. Kept in a Secret.",
+        secret=True,
     ),
     Setting(
         "CASTSLICE_METRICS", "metrics.enabled", Kind.BOOLEAN, Config.metrics,
@@ -193,6 +210,7 @@ SETTINGS: tuple[Setting, ...] = (
         "The metrics port, 1 to 65535.",
         maximum=65535,
         reserved=8443,
+        chart_when="CASTSLICE_METRICS",
     ),
     Setting(
         "CASTSLICE_DRA_DEVICE_CLASS", "draDeviceClass", Kind.DNS_SUBDOMAIN,
@@ -200,6 +218,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`dra`: the DeviceClass every claim names, a lowercase DNS subdomain.",
         chart_note="The dra backend: the DeviceClass and the capacity its claims request.",
         flag="--dra-device-class",
+        flag_help="the DeviceClass the dra backend's claims name",
     ),
     Setting(
         "CASTSLICE_DRA_CAPACITY", "draCapacity", Kind.CAPACITY, Config.dra_capacity,
@@ -207,6 +226,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`--consumable-shares`); at most 32 letters, digits or `_`, optionally after a domain "
         "and `/`.",
         flag="--dra-capacity",
+        flag_help="the device capacity the dra backend's claims request shares of",
     ),
     Setting(
         "CASTSLICE_DRA_GPU_MEMORY", "draGpuMemory", Kind.MEMORY, None,
@@ -218,6 +238,7 @@ SETTINGS: tuple[Setting, ...] = (
         "whole number of Mi, Gi or Ti from 1Mi to 1024Ti, as 80Gi).",
         maximum=MAX_GPU_MEMORY,
         flag="--dra-gpu-memory",
+        flag_help="one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
     ),
     Setting(
         STRICT_SETTINGS, "strictSettings", Kind.BOOLEAN, False,

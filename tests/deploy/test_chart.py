@@ -11,7 +11,6 @@ values.schema.json or the templates with their names.
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
 import itertools
 import json
@@ -45,15 +44,17 @@ from tests.helm import (
     values_file,
 )
 
-from .test_manifests import assert_restricted
 from .variants import (
     SHARED_WEBHOOK,
+    assert_restricted,
     assert_webhook_contract,
     built_in,
     container_environment,
+    container_environment_with_secrets,
     containers,
     of_kind,
     only,
+    only_named,
     without_client_config,
 )
 
@@ -323,25 +324,6 @@ def test_every_setting_reaches_the_container_as_the_application_reads_it(
     assert volumes["tls"]["secret"]["secretName"] == (
         "my-webhook-tls" if case.secret else "castslice-tls"
     )
-
-
-def only_named(objects: Objects, kind: str, name: str) -> dict[str, Any]:
-    (found,) = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
-    return found
-
-
-def container_environment_with_secrets(objects: Objects, container: dict[str, Any]) -> dict:
-    """What the kubelet gives `container`: its envFrom ConfigMaps and Secrets, then env."""
-    config_maps = [s for s in container["envFrom"] if "configMapRef" in s]
-    environment = container_environment(objects, {**container, "envFrom": config_maps})
-    for source in container["envFrom"]:
-        if "secretRef" in source:
-            secret = only_named(objects, "Secret", source["secretRef"]["name"])
-            environment.update(secret.get("stringData", {}))
-            for key, value in secret.get("data", {}).items():
-                environment[key] = base64.b64decode(value).decode()
-    environment.update({item["name"]: item["value"] for item in container.get("env", [])})
-    return environment
 
 
 def claim_spec(count: int, requests: dict[str, str]) -> dict[str, Any]:

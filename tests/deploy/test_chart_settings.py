@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from castslice.cli import main as castslice_main
-from castslice.environment import load_config
+from castslice.environment import choices, load_config
 from castslice.render import chart_and_docs as generated
 from castslice.settings.config import ConfigError
 from castslice.settings.table import (
@@ -37,8 +37,7 @@ from castslice.settings.table import (
 )
 from tests.helm import CHART, Objects, installed_objects, run_helm, template_args, values_file
 
-from .test_chart import container_environment_with_secrets
-from .variants import only
+from .variants import container_environment_with_secrets, only
 
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 RATIO = setting(MAX_SLICE_RATIO).default
@@ -134,7 +133,7 @@ def bounds_of(entry: Setting) -> list[tuple[str, object]]:
                  "a" * 253 + "/gpu", "a" * 254 + "/gpu", "Example.com/gpu"]  # fmt: skip
         return [(_label(text), text) for text in texts]
     if kind is Kind.CHOICE:
-        return [(name, name) for name in generated._choices(entry)] + [("bad", "mig")]
+        return [(name, name) for name in choices(entry)] + [("bad", "mig")]
     if kind is Kind.PATH_TOKEN:
         return [(f"{n} characters", "t" * n) for n in (15, 16, 200)] + [("slash", "a/" * 10)]
     if kind is Kind.BOOLEAN:
@@ -192,7 +191,7 @@ def cases() -> Iterator[tuple[str, dict[str, Any]]]:
             "gpuResource": "example.com/gpu",
         },
     )
-    for backend in generated._choices(setting("CASTSLICE_BACKEND")):
+    for backend in choices(setting("CASTSLICE_BACKEND")):
         # Unset, the shared resource is the backend's default, which gpuResource may equal.
         yield (
             f"{backend}: gpuResource nvidia.com/gpu-shared",

@@ -16,8 +16,8 @@ import pytest
 from .variants import (
     SAMPLE_IMAGE,
     SHARED_WEBHOOK,
+    assert_restricted,
     built_in,
-    containers,
     load_yaml,
     only,
 )
@@ -55,19 +55,6 @@ def test_everything_namespaced_lives_in_the_namespace_the_webhook_skips(kustomiz
         for obj in objects:
             if obj["kind"] not in ("Namespace", "MutatingWebhookConfiguration"):
                 assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
-
-
-def assert_restricted(pod_spec: dict[str, Any], *, read_only_root: bool = True) -> None:
-    """The restricted Pod Security Standard, as the manifests spell it out."""
-    pod = pod_spec.get("securityContext", {})
-    for container in containers(pod_spec):
-        security = {**pod, **container.get("securityContext", {})}
-        assert security["runAsNonRoot"] is True
-        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert security["allowPrivilegeEscalation"] is False
-        assert security["capabilities"] == {"drop": ["ALL"]}
-        assert security.get("readOnlyRootFilesystem", False) is read_only_root
-        assert security.get("runAsUser", 10001) != 0
 
 
 class TestKnative:

@@ -6,6 +6,7 @@ that applies the rendered configurations to a real API server.
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import subprocess
@@ -16,6 +17,8 @@ from typing import Any
 import hcl2
 import yaml
 from hcl2.utils import SerializationOptions
+
+from tests.helm import Objects
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -282,3 +285,35 @@ _WEBHOOK_RULES = {
         },
     ],
 }
+
+
+def assert_restricted(pod_spec: dict[str, Any], *, read_only_root: bool = True) -> None:
+    """The restricted Pod Security Standard, as the manifests spell it out."""
+    pod = pod_spec.get("securityContext", {})
+    for container in containers(pod_spec):
+        security = {**pod, **container.get("securityContext", {})}
+        assert security["runAsNonRoot"] is True
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security.get("readOnlyRootFilesystem", False) is read_only_root
+        assert security.get("runAsUser", 10001) != 0
+
+
+def only_named(objects: Objects, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    return found
+
+
+def container_environment_with_secrets(objects: Objects, container: dict[str, Any]) -> dict:
+    """What the kubelet gives `container`: its envFrom ConfigMaps and Secrets, then env."""
+    config_maps = [s for s in container["envFrom"] if "configMapRef" in s]
+    environment = container_environment(objects, {**container, "envFrom": config_maps})
+    for source in container["envFrom"]:
+        if "secretRef" in source:
+            secret = only_named(objects, "Secret", source["secretRef"]["name"])
+            environment.update(secret.get("stringData", {}))
+            for key, value in secret.get("data", {}).items():
+                environment[key] = base64.b64decode(value).decode()
+    environment.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return environment

@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tests.policy_comparison import PolicyRun
+
 from .tools import REPO_ROOT, MissingTool, find_program
 
 SOURCE = REPO_ROOT / "tests" / "e2e" / "kube"
@@ -91,18 +93,6 @@ def _run(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 def evaluate(expression: str, **bindings: Any) -> Any:
     return evaluate_many([(expression, bindings)])[0].value
-
-
-@dataclass(frozen=True)
-class PolicyRun:
-    """What one admission policy made of one object, and the CEL cost it took."""
-
-    matched: bool
-    variables: dict[str, Any]
-    cost: int
-    patch: list[dict[str, Any]] | None = None
-    messages: list[str] | None = None
-    audit: dict[str, str] | None = None
 
 
 def run_policy(

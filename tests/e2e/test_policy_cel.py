@@ -8,16 +8,10 @@ test_policy_mode.py then shows the API server itself agrees on a corpus.
 
 from __future__ import annotations
 
-import copy
-import json
-from typing import Any
-
-import jsonpatch
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.contract.definitions import APPLIED
 from castslice.decision.admission import Admission
 from castslice.decision.slices import shorten
 from castslice.environment import load_config
@@ -25,12 +19,20 @@ from castslice.render.admission_policies import render
 from castslice.render.admission_policies.messages import shorten as cel_shorten
 from castslice.render.admission_policies.policies import WARNING_SLOTS
 from castslice.render.selection import pod_match_conditions, sends_pod
-
-from . import celeval
-from .conftest import missing
-from .pods import pod
-from .policy_shapes import (
+from tests.manifests import pod
+from tests.policy_comparison import (
+    NAMESPACES,
+    POD_KIND,
+    as_admitted,
+    as_sent,
+    pod_differences,
+    pod_requests,
+    workload_differences,
+)
+from tests.policy_shapes import (
     AWKWARD_VALUES,
+    BACKENDS,
+    CROWDED_CONTAINERS,
     annotated,
     crowded,
     generated,
@@ -38,7 +40,9 @@ from .policy_shapes import (
     hand_picked,
     workloads,
 )
-from .test_policy_mode import BACKENDS, CROWDED_CONTAINERS
+
+from . import celeval
+from .conftest import missing
 from .tools import MissingTool
 
 # MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36.
@@ -50,9 +54,6 @@ GENERATED_WORKLOADS = 100
 # the policies' whole evaluation must stay far below it.
 PER_CALL_LIMIT = 1_000_000
 
-_POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
-NAMESPACES = ("e2e-0123abcd", "pm-0123abcd-prod")
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _celeval() -> None:
@@ -63,86 +64,13 @@ def _celeval() -> None:
         missing(error)
 
 
-def webhook_result(
-    config: Any, manifest: dict[str, Any], namespace: str
-) -> tuple[Any, list[str], Any]:
-    request = {
-        "uid": "u",
-        "operation": "CREATE",
-        "kind": _POD_KIND,
-        "namespace": namespace,
-        "object": manifest,
-    }
-    response = Admission(config).review(copy.deepcopy(request)).response
-    stored = copy.deepcopy(manifest)
-    if "patch" in response:
-        stored = jsonpatch.apply_patch(stored, json.loads(response["patch"]))
-    return stored, response.get("warnings", []), response.get("auditAnnotations")
-
-
-def as_sent(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The objects as the API server sends them to a webhook: JSON with map keys sorted."""
-    return json.loads(json.dumps(objects, sort_keys=True))
-
-
-def pod_requests(namespaces: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
-    return [{"namespace": namespace, "kind": _POD_KIND} for namespace in namespaces]
-
-
-def as_admitted(manifest: dict[str, Any], patch: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The Pod the validating policy sees: mutated, with the request's managedFields.
-
-    The API server records who set which field before mutating admission runs,
-    so a decision record that came with the request is owned by its manager.
-    """
-    admitted = jsonpatch.apply_patch(manifest, patch) if patch else copy.deepcopy(manifest)
-    if APPLIED in (manifest["metadata"].get("annotations") or {}):
-        owned = {"f:metadata": {"f:annotations": {f"f:{APPLIED}": {}}}}
-        admitted["metadata"]["managedFields"] = [
-            {"manager": "kubectl", "operation": "Update", "fieldsV1": owned}
-        ]
-    return admitted
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
     config = load_config(BACKENDS[backend])
-    mutating, _, audit, _, warning, *_ = render(config)
-    shapes = as_sent(
-        [*hand_picked(config), *generated(config, GENERATED), crowded(CROWDED_CONTAINERS)]
-    )
-    # As the end-to-end comparison: a namespace the policy's globs enrol, one they exclude.
-    namespaces = [NAMESPACES[index % 2] for index in range(len(shapes))]
-    mutations = celeval.run_policy(mutating, shapes, pod_requests(namespaces))
-    admitted = [
-        as_admitted(shape, run.patch if run.matched else None)
-        for shape, run in zip(shapes, mutations, strict=True)
-    ]
-    requests = pod_requests(namespaces)
-    validations = celeval.run_policy(warning, admitted, requests)
-    audits = celeval.run_policy(audit, admitted, requests)
-    # The API server calls the webhook only for what its registration's matchConditions pass.
-    registration = {"spec": {"matchConditions": pod_match_conditions(config)}}
-    called = celeval.run_policy(registration, shapes, pod_requests(namespaces))
-
-    differences = []
-    for shape, admitted_pod, validation, audited, namespace, call in zip(
-        shapes, admitted, validations, audits, namespaces, called, strict=True
-    ):
-        stored, warnings, audit = (
-            webhook_result(config, shape, namespace) if call.matched else (shape, [], None)
-        )
-        admitted_pod["metadata"].pop("managedFields", None)
-        policy = (
-            admitted_pod,
-            (validation.messages or []) if validation.matched else [],
-            audited.audit if audited.matched else None,
-        )
-        if (stored, warnings, audit) != policy:
-            webhook = (stored, warnings, audit)
-            differences.append(f"{shape}\n webhook: {webhook}\n policy:  {policy}")
+    shapes = [*hand_picked(config), *generated(config, GENERATED), crowded(CROWDED_CONTAINERS)]
+    differences, mutated = pod_differences(config, shapes, celeval.run_policy)
     assert not differences, "\n".join(differences[:5])
-    assert sum(run.matched for run in mutations) > len(shapes) // 3
+    assert mutated > len(shapes) // 3
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -170,7 +98,7 @@ def test_a_pod_given_what_it_asked_for_never_runs_the_warning_validations(backen
     audited = celeval.run_policy(audit, admitted, requests)
     for shape, run, audit_run in zip(shapes, warned, audited, strict=True):
         expected = Admission(config).review(
-            {"uid": "u", "operation": "CREATE", "kind": _POD_KIND, "object": shape}
+            {"uid": "u", "operation": "CREATE", "kind": POD_KIND, "object": shape}
         )
         assert audit_run.audit == expected.response["auditAnnotations"]
         assert run.matched == (shape in loud), shape["metadata"]["name"]
@@ -223,29 +151,10 @@ def test_any_text_is_shown_exactly_as_the_webhook_shows_it() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_both_engines_warn_alike_about_workloads(backend: str) -> None:
     config = load_config(BACKENDS[backend])
-    policy = render(config)[6]
-    objects = as_sent(workloads([*hand_picked(config), *generated(config, GENERATED_WORKLOADS)]))
-    requests = []
-    for index, workload in enumerate(objects):
-        group, _, version = workload["apiVersion"].rpartition("/")
-        kind = {"group": group, "version": version, "kind": workload["kind"]}
-        operation = ("CREATE", "UPDATE")[index % 2]
-        requests.append({"namespace": NAMESPACES[index % 2], "kind": kind, "operation": operation})
-    runs = celeval.run_policy(policy, objects, requests)
-
-    differences = []
-    for workload, request, run in zip(objects, requests, runs, strict=True):
-        # The registration's matchConditions are the policy's: unmatched, no call at all.
-        expected: list[str] = []
-        if run.matched:
-            review = {"uid": "u", **request, "object": copy.deepcopy(workload)}
-            response = Admission(config).review(review).response
-            assert "patch" not in response
-            expected = response.get("warnings", [])
-        if (run.messages or []) != expected:
-            differences.append(f"{workload}\n webhook: {expected}\n policy:  {run.messages}")
+    objects = workloads([*hand_picked(config), *generated(config, GENERATED_WORKLOADS)])
+    differences, warned = workload_differences(config, objects, celeval.run_policy)
     assert not differences, "\n".join(differences[:5])
-    assert sum(bool(run.messages) for run in runs) > len(runs) // 2
+    assert warned > len(objects) // 2
 
 
 # Quantities as the webhook and a manifest write them, zero and odd spellings among them.

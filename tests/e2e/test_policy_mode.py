@@ -40,75 +40,31 @@ from castslice.render.admission_policies import WARNING_PREFIX, render_yaml
 from castslice.render.admission_policies.policies import WARNING_SLOTS
 from castslice.render.admission_policies.policies import WORKLOAD_WARNING_PREFIX as WORKLOAD_PREFIX
 from castslice.settings.config import Config
+from tests.policy_shapes import (
+    BACKENDS,
+    CROWDED_CONTAINERS,
+    crowded,
+    generated,
+    gpu,
+    hand_picked,
+    workload,
+    workloads,
+)
 
 from ..procs import wait_until
 from .castslice_server import StartServer
 from .cluster import LocalControlPlane
 from .kubectl import Kubectl
 from .pods import Manifest, create_namespace, pod
-from .policy_shapes import crowded, generated, gpu, hand_picked, workload, workloads
 from .registration import deregister_and_wait, register_and_wait
 from .tools import REPO_ROOT
 
 # MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36.
 pytestmark = pytest.mark.kubernetes("1.36")
 
-# An enrolment policy with every kind of rule: an exclusion by glob, a glob with a
-# selector and a preset, In/DoesNotExist with a count, NotIn/Exists without one,
-# and a name the record and the warnings must escape. Shapes alternate between a
-# namespace it excludes (`*-prod`) and one its globs enrol (`e2e-*`).
-ENROLMENT = """\
-rules:
-  - name: 'never in "prod" \u2713'
-    namespaces: ["*-prod", production]
-    optimize: false
-  - name: dev notebooks
-    namespaces: ["e2e-*"]
-    podSelector: {matchLabels: {tier: dev}}
-    optimize: true
-    workloadType: dev
-  - name: inference
-    podSelector:
-      matchExpressions:
-        - {key: app, operator: In, values: [vllm, triton]}
-        - {key: dedicated, operator: DoesNotExist}
-    optimize: true
-    slices: 2
-  - name: teams
-    podSelector:
-      matchExpressions:
-        - {key: tier, operator: NotIn, values: [x]}
-        - {key: team, operator: Exists}
-    optimize: true
-"""
-# Settings chosen so every backend meets fractions, several sharing degrees and
-# whole GPUs within the slice counts the shapes use, and one runs with the policy.
-BACKENDS: dict[str, dict[str, str]] = {
-    "resource": {"CASTSLICE_SLICES_PER_GPU": "6"},
-    "nvidia": {
-        "CASTSLICE_BACKEND": "nvidia",
-        "CASTSLICE_SHARING_DEGREES": "2,4",
-        "CASTSLICE_SHARING_STRATEGY": "mps",
-    },
-    "gke": {
-        "CASTSLICE_BACKEND": "gke",
-        "CASTSLICE_SLICES_PER_GPU": "8",
-        "CASTSLICE_SHARING_DEGREES": "2,4,8",
-        "CASTSLICE_PRESETS": "training=8,inference=4,notebook=1",
-    },
-    "nvidia-enrolment": {
-        "CASTSLICE_BACKEND": "nvidia",
-        "CASTSLICE_SHARING_DEGREES": "2,4",
-        "CASTSLICE_POLICY": ENROLMENT,
-    },
-}
 GENERATED_SHAPES = 40
 # Workloads wrap the hand-picked Pods and this many generated ones, kinds in turn.
 GENERATED_WORKLOADS = 12
-# The largest Pod the suite sends: GPU containers (init ones included), each asking
-# for more than it gets: with its two invalid annotations, as many warnings as the
-# validating policy can give (manifests.WARNING_SLOTS).
-CROWDED_CONTAINERS = 62
 _PARALLEL_CREATES = 8
 _PLURALS = {
     "Pod": "pods",

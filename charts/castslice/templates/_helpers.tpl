@@ -28,45 +28,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/*
-The CASTSLICE_* environment, one KEY=value per line, from the values named
-after each variable. Metrics come from metrics.*, so the port the container
-declares and the one the application listens on cannot drift apart.
-*/}}
-{{- define "castslice.settings" -}}
-CASTSLICE_BACKEND: {{ .Values.backend | quote }}
-CASTSLICE_SLICES_PER_GPU: {{ .Values.slicesPerGpu | int | toString | quote }}
-{{- $degrees := list }}
-{{- range .Values.sharingDegrees }}
-{{- $degrees = append $degrees (int . | toString) }}
-{{- end }}
-CASTSLICE_SHARING_DEGREES: {{ join "," $degrees | quote }}
-CASTSLICE_SHARING_STRATEGY: {{ .Values.sharingStrategy | quote }}
-{{- with .Values.sharedResource }}
-CASTSLICE_SHARED_RESOURCE: {{ . | quote }}
-{{- end }}
-CASTSLICE_GPU_RESOURCE: {{ .Values.gpuResource | quote }}
-{{- $presets := list }}
-{{- range $name, $slices := .Values.presets }}
-{{- if not (kindIs "invalid" $slices) }}
-{{- $presets = append $presets (printf "%s=%d" $name (int $slices)) }}
-{{- end }}
-{{- end }}
-CASTSLICE_PRESETS: {{ join "," $presets | quote }}
-CASTSLICE_DEFAULT_SLICES: {{ .Values.defaultSlices | int | toString | quote }}
-CASTSLICE_MAX_SLICE_RATIO: {{ .Values.maxSliceRatio | int | toString | quote }}
-CASTSLICE_DRA_DEVICE_CLASS: {{ .Values.draDeviceClass | quote }}
-CASTSLICE_DRA_CAPACITY: {{ .Values.draCapacity | quote }}
-{{- with .Values.draGpuMemory }}
-CASTSLICE_DRA_GPU_MEMORY: {{ . | quote }}
-{{- end }}
-CASTSLICE_METRICS: {{ .Values.metrics.enabled | quote }}
-{{- if .Values.metrics.enabled }}
-CASTSLICE_METRICS_PORT: {{ .Values.metrics.port | int | toString | quote }}
-{{- end }}
-CASTSLICE_STRICT_SETTINGS: {{ .Values.strictSettings | quote }}
-{{- end -}}
-
 {{/* The policy the Pods read (CASTSLICE_POLICY_FILE), as the ConfigMap holds it. */}}
 {{- define "castslice.policyText" -}}
 {{- .Values.policy | default "rules: []\n" -}}

@@ -37,6 +37,62 @@ the value's name as the application would refuse its variable. */}}
 {{- end }}
 {{- end -}}
 
+{{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the
+values named after each variable. Metrics come from metrics.*, so the port the
+container declares and the one the application listens on cannot drift apart. */}}
+{{- define "castslice.settings" -}}
+{{- $lines := list }}
+{{- $value := "" }}
+{{- $value = "" }}
+{{- with $.Values.backend }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_BACKEND: %s" (quote $value)) }}
+{{- $value = int $.Values.slicesPerGpu | toString }}
+{{- $lines = append $lines (printf "CASTSLICE_SLICES_PER_GPU: %s" (quote $value)) }}
+{{- $items := list }}
+{{- range $.Values.sharingDegrees }}{{ $items = append $items (int . | toString) }}{{ end }}
+{{- $value = join "," $items }}
+{{- $lines = append $lines (printf "CASTSLICE_SHARING_DEGREES: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.sharingStrategy }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_SHARING_STRATEGY: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.sharedResource }}{{ $value = toString . }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_SHARED_RESOURCE: %s" (quote $value)) }}
+{{- end }}
+{{- $value = "" }}
+{{- with $.Values.gpuResource }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_GPU_RESOURCE: %s" (quote $value)) }}
+{{- $items := list }}
+{{- range $type, $count := $.Values.presets }}{{ if not (kindIs "invalid" $count) }}{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}
+{{- $value = join "," $items }}
+{{- $lines = append $lines (printf "CASTSLICE_PRESETS: %s" (quote $value)) }}
+{{- $value = int $.Values.defaultSlices | toString }}
+{{- $lines = append $lines (printf "CASTSLICE_DEFAULT_SLICES: %s" (quote $value)) }}
+{{- $value = int $.Values.maxSliceRatio | toString }}
+{{- $lines = append $lines (printf "CASTSLICE_MAX_SLICE_RATIO: %s" (quote $value)) }}
+{{- $value = toString $.Values.metrics.enabled }}
+{{- $lines = append $lines (printf "CASTSLICE_METRICS: %s" (quote $value)) }}
+{{- $value = int $.Values.metrics.port | toString }}
+{{- if $.Values.metrics.enabled }}
+{{- $lines = append $lines (printf "CASTSLICE_METRICS_PORT: %s" (quote $value)) }}
+{{- end }}
+{{- $value = "" }}
+{{- with $.Values.draDeviceClass }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_DRA_DEVICE_CLASS: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.draCapacity }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_DRA_CAPACITY: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_DRA_GPU_MEMORY: %s" (quote $value)) }}
+{{- end }}
+{{- $value = toString $.Values.strictSettings }}
+{{- $lines = append $lines (printf "CASTSLICE_STRICT_SETTINGS: %s" (quote $value)) }}
+{{- join "\n" $lines }}
+{{- end -}}
+
 {{- /* The release's settings as `castslice` flags, the defaults left out. */}}
 {{- define "castslice.commandFlags" -}}
 {{- $flags := list }}

@@ -1,7 +1,9 @@
-"""Pod shapes for comparing the webhook with policy mode: hand-picked ones and generated ones.
+"""The corpus on which policy mode is compared with the webhook: the settings of each
+comparison, hand-picked Pod shapes, generated ones, and workloads wrapping them.
 
-Every shape is a complete Pod manifest (pods.pod), named uniquely, so the API
-server's answers for the two engines can be compared field by field.
+Every shape is a complete Pod manifest (tests.manifests.pod), named uniquely, so the
+answers of the two engines can be compared field by field: in process in the unit
+suite (tests/test_admission_policy_cel.py), by the API server in tests/e2e.
 """
 
 from __future__ import annotations
@@ -13,9 +15,70 @@ from hypothesis import strategies as st
 
 from castslice.contract.definitions import APPLIED
 from castslice.settings.config import Config
+from tests.manifests import (
+    GPU,
+    IMAGE,
+    OPTIMIZE,
+    SLICE_RATIO,
+    WORKLOAD_TYPE,
+    Manifest,
+    container,
+    pod,
+)
 
-from .pods import GPU, IMAGE, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE, Manifest, container, pod
-
+# An enrolment policy with every kind of rule: an exclusion by glob, a glob with a
+# selector and a preset, In/DoesNotExist with a count, NotIn/Exists without one,
+# and a name the record and the warnings must escape. Shapes alternate between a
+# namespace it excludes (`*-prod`) and one its globs enrol (`e2e-*`).
+ENROLMENT = """\
+rules:
+  - name: 'never in "prod" \u2713'
+    namespaces: ["*-prod", production]
+    optimize: false
+  - name: dev notebooks
+    namespaces: ["e2e-*"]
+    podSelector: {matchLabels: {tier: dev}}
+    optimize: true
+    workloadType: dev
+  - name: inference
+    podSelector:
+      matchExpressions:
+        - {key: app, operator: In, values: [vllm, triton]}
+        - {key: dedicated, operator: DoesNotExist}
+    optimize: true
+    slices: 2
+  - name: teams
+    podSelector:
+      matchExpressions:
+        - {key: tier, operator: NotIn, values: [x]}
+        - {key: team, operator: Exists}
+    optimize: true
+"""
+# Settings chosen so every backend meets fractions, several sharing degrees and
+# whole GPUs within the slice counts the shapes use, and one runs with the policy.
+BACKENDS: dict[str, dict[str, str]] = {
+    "resource": {"CASTSLICE_SLICES_PER_GPU": "6"},
+    "nvidia": {
+        "CASTSLICE_BACKEND": "nvidia",
+        "CASTSLICE_SHARING_DEGREES": "2,4",
+        "CASTSLICE_SHARING_STRATEGY": "mps",
+    },
+    "gke": {
+        "CASTSLICE_BACKEND": "gke",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_SHARING_DEGREES": "2,4,8",
+        "CASTSLICE_PRESETS": "training=8,inference=4,notebook=1",
+    },
+    "nvidia-enrolment": {
+        "CASTSLICE_BACKEND": "nvidia",
+        "CASTSLICE_SHARING_DEGREES": "2,4",
+        "CASTSLICE_POLICY": ENROLMENT,
+    },
+}
+# The largest Pod the suite sends: GPU containers (init ones included), each asking
+# for more than it gets: with its two invalid annotations, as many warnings as the
+# validating policy can give (manifests.WARNING_SLOTS).
+CROWDED_CONTAINERS = 62
 MIRROR = "kubernetes.io/config.mirror"
 # Both backends' placement keys: a Pod set by hand for one is ordinary for another.
 PLACEMENT_KEYS = (
@@ -75,9 +138,11 @@ def annotated(**values: str) -> dict[str, str]:
     return {OPTIMIZE: "true", **{keys[key]: value for key, value in values.items()}}
 
 
-def hand_picked(config: Config) -> list[Manifest]:
-    """Shapes chosen for a branch each: resolution, rewrite, placement, record, skips."""
+def hand_picked(config: Config, *, awkward_values: bool = True) -> list[Manifest]:
+    """Shapes chosen for a branch each: resolution, rewrite, placement, record, skips;
+    with `awkward_values`, also a Pod per AWKWARD_VALUES entry in its annotations."""
     shared = config.shared_resource
+    awkward = AWKWARD_VALUES if awkward_values else ()
     max_ratio = str(config.max_slice_ratio)
     shapes: list[tuple[dict[str, str] | None, list[Manifest], dict[str, Any]]] = [
         (None, [gpu("app")], {}),
@@ -131,8 +196,8 @@ def hand_picked(config: Config) -> list[Manifest]:
         # many GPU containers asking for more than they get.
         (annotated(ratio="1"), [gpu("a"), gpu("b-1", "3"), gpu("c", "8")], {}),
         (annotated(type="dev"), [gpu("x" * 63, "2")], {}),
-        *((annotated(ratio=value), [gpu("app", "2")], {}) for value in AWKWARD_VALUES),
-        *((annotated(type=value), [gpu("app", "2")], {}) for value in AWKWARD_VALUES[::3]),
+        *((annotated(ratio=value), [gpu("app", "2")], {}) for value in awkward),
+        *((annotated(type=value), [gpu("app", "2")], {}) for value in awkward[::3]),
     ]
     return [
         _with_spec(
@@ -169,7 +234,7 @@ def _with_spec(manifest: Manifest, fields: dict[str, Any]) -> Manifest:
 
 # --- generated shapes --------------------------------------------------------------------
 
-# Labels the enrolment policy of the comparison selects on (test_policy_mode.ENROLMENT).
+# Labels the enrolment policy of the comparison selects on (ENROLMENT).
 LABEL_KEYS = ("tier", "app", "dedicated", "team")
 LABEL_VALUES = ("dev", "x", "vllm", "other", "yes")
 
