@@ -128,7 +128,7 @@ def test_the_score_is_the_sigmoid_of_the_fragmentation_removed() -> None:
     half = PodShape(1000, 500, 1)
     # On a fresh node the half-GPU Pod adds 250: int(100 / (1 + e^0.25)) = 43.
     assert fgd_score(NodeFree(8000, (1000, 1000)), half, HALF_AND_WHOLE) == 43
-    assert 43 == int(100 / (1 + math.exp(0.25)))
+    assert int(100 / (1 + math.exp(0.25))) == 43
     # Beside another half, it removes 250: int(100 / (1 + e^-0.25)) = 56.
     assert fgd_score(NodeFree(8000, (500, 1000)), half, HALF_AND_WHOLE) == 56
     # The artefact tries every GPU and keeps the best; the allocator's first fit takes

@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         serve(cluster.api, view, args.address, args.port, announce)
     except OSError as error:
-        raise CommandError(f"cannot serve on {args.address}:{args.port}: {error.strerror}") from None
+        raise CommandError(
+            f"cannot serve on {args.address}:{args.port}: {error.strerror}"
+        ) from None
     finally:
         cluster.api.close()
     return EXIT_OK
-

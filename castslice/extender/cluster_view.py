@@ -210,11 +210,25 @@ class ClusterView:
         with self._lock:
             return self._frees([node_name]).get(node_name)
 
+    def missing_claims(self, pod: Manifest) -> list[tuple[str, str]]:
+        """The claims `pod` names that the view has not seen (yet)."""
+        read = self._read_pod(pod)
+        with self._lock:
+            return [
+                (read.namespace, name)
+                for name in read.claims
+                if name and (read.namespace, name) not in self._claims
+            ]
+
     def scores(self, pod: Manifest, node_names: Sequence[str]) -> list[tuple[str, int]]:
-        """Each node's score for placing `pod` there (nodes the view does not know: 0)."""
+        """Each node's score for placing `pod` there (nodes the view does not know: 0).
+
+        A Pod whose claims are not known gets 0 everywhere: no opinion.
+        """
+        read = self._read_pod(pod)
         with self._lock:
             typical = self._typical_locked()
-            shape = self._shape(self._read_pod(pod))
+            shape = self._shape(read)
             if shape is None:
                 return [(name, 0) for name in node_names]
             frees = self._frees(node_names)
@@ -223,6 +237,25 @@ class ClusterView:
             free = frees.get(name)
             found.append((name, 0 if free is None else extender_score(free, shape, typical)))
         return found
+
+    def summary(self) -> dict[str, Any]:
+        """Each node's free CPU and GPU thousandths, and the typical shapes: what the
+        extender believes, for an operator (and a test) to read."""
+        with self._lock:
+            frees = self._frees(list(self._nodes))
+            typical = self._typical_locked()
+        return {
+            "nodes": {
+                name: {"cpuMilli": free.cpu_milli, "memory": free.memory,
+                       "gpuMilli": list(free.gpu_milli)}
+                for name, free in sorted(frees.items())
+            },
+            "typicalPods": [
+                {"cpuMilli": shape.cpu_milli, "gpuMilli": shape.gpu_milli, "gpus": shape.gpus,
+                 "models": list(shape.models), "memory": shape.memory, "frequency": frequency}
+                for shape, frequency in typical
+            ],
+        }  # fmt: skip
 
     def _frees(self, names: Sequence[str]) -> dict[str, NodeFree]:
         """Every named node's free resources in one pass over Pods and claims."""
@@ -310,10 +343,10 @@ def _read_claim(item: Manifest, capacity: str) -> _Claim:
     allocation = ((item.get("status") or {}).get("allocation") or {}).get("devices") or {}
     allocated = []
     for result in allocation.get("results") or ():
-        key = f"{result.get('driver') or ''}/{result.get('pool') or ''}/{result.get('device') or ''}"
+        key = (
+            f"{result.get('driver') or ''}/{result.get('pool') or ''}/{result.get('device') or ''}"
+        )
         consumed = (result.get("consumedCapacity") or {}).get(capacity)
         # A device allocated without consumable capacity is the claim's alone.
         allocated.append((key, count(consumed) if consumed is not None else 1 << 30))
     return _Claim(requests, allocated)
-
-

@@ -10,7 +10,7 @@ hkust-adsl/kubernetes-scheduler-simulator at commit
   free GPU thousandths that each typical Pod, weighted by its frequency, could not use),
   `GetTypicalPods` (the most frequent Pod shapes until they cover a share of all Pods);
 - pkg/simulator/plugin/fgd_score.go: `calculateGpuShareFragExtendScore` (a node's score is
-  sigmoid((fragmentation before − fragmentation after) / 1000) × 100);
+  sigmoid((fragmentation before - fragmentation after) / 1000) x 100);
 - pkg/type/resource.go: `NodeResource.Sub` (whole GPUs come from the fullest GPUs that
   fit, fully free GPUs in index order).
 
@@ -168,9 +168,7 @@ def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | No
     )
 
 
-def fgd_score(
-    node: NodeFree, pod: PodShape, typical: TypicalPods, gpu: int | None = None
-) -> int:
+def fgd_score(node: NodeFree, pod: PodShape, typical: TypicalPods, gpu: int | None = None) -> int:
     """`calculateGpuShareFragExtendScore`: 0 to 100, higher where placing the Pod adds
     least fragmentation (or removes most).
 
@@ -246,7 +244,7 @@ def packing_key(node: NodeFree) -> int:
 
 
 def extender_score(node: NodeFree, pod: PodShape, typical: TypicalPods) -> int:
-    """FGD's score for the GPU the allocator will pick, × 1000, plus the packing key of
+    """FGD's score for the GPU the allocator will pick, x 1000, plus the packing key of
     the node once the Pod is placed."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)

@@ -4,7 +4,7 @@ verb kube-scheduler calls.
 The request and answer are kube-scheduler's extender types (k8s.io/kube-scheduler
 extender/v1, types.go, v0.37.2): `ExtenderArgs` {"Pod", "Nodes", "NodeNames"} (with
 `nodeCacheCapable: true` only `NodeNames` is filled) and `HostPriorityList`
-[{"Host", "Score"}]. The scheduler adds `Score × weight × (MaxNodeScore /
+[{"Host", "Score"}]. The scheduler adds `Score x weight x (MaxNodeScore /
 MaxExtenderPriority)` to its own plugins' sum without clamping it (pkg/scheduler
 schedule_one.go, prioritizeNodes), and with `ignorable: true` an error or a timeout only
 leaves the extender's score out. So every failure here answers an error and the
@@ -30,6 +30,7 @@ from castslice.extender.cluster_view import ClusterView
 LOG = logging.getLogger("castslice.extender")
 PRIORITIZE = "/prioritize"
 HEALTH = "/healthz"
+VIEW = "/view"
 # The longest body read: a Pod and up to five thousand node names.
 _MAX_BODY = 4 << 20
 _WATCH_SECONDS = 300
@@ -125,14 +126,28 @@ def _lines(stream: Any) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-class Extender:
-    """Scores Pods from the view; counts what it did, for its own cost."""
+ClaimReader = Callable[[str, str], dict[str, Any] | None]
 
-    def __init__(self, view: ClusterView, ready: Callable[[], bool]) -> None:
+
+class Extender:
+    """Scores Pods from the view; counts what it did, for its own cost.
+
+    `read_claim`: a claim the Pod names that the watch has not delivered yet (made a
+    moment before the scheduler took the Pod) is read from the API server instead.
+    """
+
+    def __init__(
+        self,
+        view: ClusterView,
+        ready: Callable[[], bool],
+        read_claim: ClaimReader | None = None,
+    ) -> None:
         self.view = view
         self.ready = ready
+        self.read_claim = read_claim
         self.calls = 0
         self.seconds = 0.0
+        self._count = threading.Lock()
 
     def prioritize(self, body: bytes) -> tuple[HTTPStatus, bytes]:
         """The HostPriorityList for an ExtenderArgs body, or an error kube-scheduler ignores."""
@@ -149,12 +164,24 @@ class Extender:
                 "ExtenderArgs has no NodeNames: configure the extender with nodeCacheCapable: true"
             )
         began = time.perf_counter()
+        if self.read_claim is not None:
+            for namespace, name in self.view.missing_claims(args.Pod):
+                claim = self.read_claim(namespace, name)
+                if claim is not None:
+                    self.view.apply("resourceclaims", "ADDED", claim)
         scores = self.view.scores(args.Pod, args.NodeNames)
-        self.seconds += time.perf_counter() - began
-        self.calls += 1
+        with self._count:
+            self.seconds += time.perf_counter() - began
+            self.calls += 1
         return HTTPStatus.OK, msgspec.json.encode(
             [{"Host": name, "Score": score} for name, score in scores]
         )
+
+    def account(self) -> bytes:
+        """The view's summary and the extender's own cost so far."""
+        with self._count:
+            calls, seconds = self.calls, self.seconds
+        return msgspec.json.encode({**self.view.summary(), "calls": calls, "seconds": seconds})
 
 
 def _error(message: str) -> bytes:
@@ -165,7 +192,7 @@ def handler_for(extender: Extender) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+        def do_POST(self) -> None:
             if self.path.rstrip("/") != PRIORITIZE:
                 self._answer(HTTPStatus.NOT_FOUND, _error(f"no verb {self.path}: {PRIORITIZE}"))
                 return
@@ -180,11 +207,14 @@ def handler_for(extender: Extender) -> type[BaseHTTPRequestHandler]:
                 status, answer = HTTPStatus.INTERNAL_SERVER_ERROR, _error("scoring failed")
             self._answer(status, answer)
 
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        def do_GET(self) -> None:
             if self.path.rstrip("/") == HEALTH:
                 ok = extender.ready()
                 status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
                 self._answer(status, b'{"ready":true}' if ok else b'{"ready":false}')
+                return
+            if self.path.rstrip("/") == VIEW:
+                self._answer(HTTPStatus.OK, extender.account())
                 return
             self._answer(HTTPStatus.NOT_FOUND, _error(f"no path {self.path}"))
 
@@ -195,7 +225,7 @@ def handler_for(extender: Extender) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             # One line per scheduling attempt would be the scheduler's log again.
             return
 
@@ -212,7 +242,20 @@ def serve(
     """Watch the cluster and answer kube-scheduler until the process is stopped."""
     informers = Informers(api, view)
     informers.start()
-    extender = Extender(view, informers.ready)
+    resource = kubernetes.client.ResourceV1Api(api)
+
+    def read_claim(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            answer = resource.read_namespaced_resource_claim(
+                name, namespace, _preload_content=False
+            )
+        except Exception:  # noqa: BLE001 - not readable now: no opinion on this Pod
+            return None
+        claim: dict[str, Any] = json.loads(answer.data)
+        answer.release_conn()
+        return claim
+
+    extender = Extender(view, informers.ready, read_claim)
     server = ThreadingHTTPServer((host, port), handler_for(extender))
     server.daemon_threads = True
     if on_ready is not None:
