@@ -207,7 +207,9 @@ def table(result: Plan) -> str:
         f"{result.ideal} GPUs if every share packed perfectly.",
         f"Recommended: {best.name} ({settings}): {best.gpus} GPUs, "
         f"{result.no_sharing.gpus - best.gpus} fewer than without sharing.",
-    ]
+        ("Scheduler extender: worth deploying: " if result.extender_advice[0]
+         else "Scheduler extender: not worth deploying: ") + f"{result.extender_advice[1]}.",
+    ]  # fmt: skip
     seen: set[str] = set()
     for item in [result.today, *result.candidates]:
         for warning in item.warnings:

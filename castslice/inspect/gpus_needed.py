@@ -37,6 +37,9 @@ WORTH_IT = Fraction(1, 100)
 # The trace columns the openb task lists have (Alibaba cluster-trace-gpu-v2023).
 TRACE_COLUMNS = ("num_gpu", "gpu_milli")
 MILLI = 1000
+# Below this share of the GPU demand in fractions of a GPU, fragments are too few for the
+# scheduler extender to be worth running.
+EXTENDER_SHARE = Fraction(1, 10)
 
 
 class WorkloadError(ValueError):
@@ -109,6 +112,31 @@ class Plan:
     candidates: list[Estimate] = field(default_factory=list)
     # Each backend's recommended candidate, by backend name.
     per_backend: dict[str, Estimate] = field(default_factory=dict)
+    # Whether the recommended backend shares GPUs as devices the scheduler allocates (the
+    # scheduler extender scores those), and the demand that comes in shares of a GPU.
+    recommended_claims_devices: bool = False
+    shared_demand: Fraction = Fraction(0)
+
+    @property
+    def extender_advice(self) -> tuple[bool, str]:
+        """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
+        share = self.shared_demand / self.demand if self.demand else Fraction(0)
+        if not self.recommended_claims_devices:
+            return False, (
+                "the scheduler extender scores GPUs shared as DRA devices; the recommended "
+                "backend's GPUs are not tracked per device"
+            )
+        if share < EXTENDER_SHARE:
+            return False, (
+                f"only {float(share):.0%} of the GPU demand comes in shares of a GPU: few "
+                "fragments for the scheduler extender to avoid"
+            )
+        return True, (
+            f"{float(share):.0%} of the GPU demand comes in shares of a GPU, whose leftovers "
+            "strand later Pods: the fragmentation-aware scheduler extender (castslice "
+            "extender, infra/scheduler/fgd-extender.yaml) places more of it "
+            "(docs/performance.md#the-scheduler-extender)"
+        )
 
     @property
     def ideal(self) -> int:
@@ -134,6 +162,7 @@ class Plan:
                 backend: {"name": item.name, "settings": item.settings, "gpus": item.gpus}
                 for backend, item in self.per_backend.items()
             },
+            "extender": dict(zip(("worthDeploying", "why"), self.extender_advice, strict=True)),
         }
 
 
@@ -340,9 +369,11 @@ def plan(config: Config, tasks: Sequence[Task]) -> Plan:
     """Every candidate's estimate, today's and no sharing; per backend the recommended one is
     the coarsest setting within WORTH_IT of that backend's fewest GPUs, and the plan's
     recommendation the backend whose recommended setting needs the fewest."""
-    estimates = [estimate(candidate, tasks, name) for name, candidate in candidate_configs(config)]
+    candidates = dict(candidate_configs(config))
+    estimates = [estimate(candidate, tasks, name) for name, candidate in candidates.items()]
     chosen = _per_backend(estimates)
     best = min(chosen.values(), key=lambda item: (item.gpus, _coarseness(item)))
+    claims_devices = backend_for(candidates[best.name]).claim_templates() is not None
     marked = [replace(item, recommended=item.name == best.name) for item in estimates]
     kept = [item for item in marked if item.recommended or _shown(item, chosen)]
     today = estimate(config, tasks, "today")
@@ -355,6 +386,8 @@ def plan(config: Config, tasks: Sequence[Task]) -> Plan:
         today,
         kept,
         chosen,
+        claims_devices,
+        sum((task.gpus for task in opted if task.gpus.denominator != 1), Fraction(0)),
     )
 
 
