@@ -130,9 +130,11 @@ def test_the_plan_says_when_the_scheduler_extender_is_worth_deploying() -> None:
     assert worth and why.startswith("28% of the GPU demand comes in shares of a GPU")
     assert trace.as_dict()["extender"] == {"worthDeploying": True, "why": why}
     # Shares a small part of the demand: few fragments to avoid.
-    mostly_whole = replace(
-        plan(load_config({}), shares("0.5") + whole(20)), recommended_claims_devices=True
-    )
+    planned = plan(load_config({}), shares("0.5") + whole(20))
+    # Here the plan recommends a backend whose GPUs are not devices the scheduler allocates.
+    assert planned.best.settings["backend"] != "dra"
+    assert not planned.recommended_claims_devices
+    mostly_whole = replace(planned, recommended_claims_devices=True)
     assert mostly_whole.extender_advice[0] is False
     assert "only 2% of the GPU demand" in mostly_whole.extender_advice[1]
     # GPUs the extender cannot see device by device.
