@@ -24,6 +24,7 @@ from typing import Any
 
 import kubernetes.client
 import msgspec
+from kubernetes.watch.watch import iter_resp_lines
 
 from castslice.extender.cluster_view import ClusterView
 
@@ -117,13 +118,9 @@ class _Relist(Exception):
 
 
 def _lines(stream: Any) -> Iterator[dict[str, Any]]:
-    pending = b""
-    for chunk in stream.stream(amt=None, decode_content=False):
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            if line.strip():
-                yield json.loads(line)
+    for line in iter_resp_lines(stream):
+        if line.strip():
+            yield json.loads(line)
 
 
 ClaimReader = Callable[[str, str], dict[str, Any] | None]
