@@ -13,7 +13,7 @@ request is read from its claims (`status.resourceClaimStatuses`): `count` device
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
     extender_score,
+    fragmentation,
     typical_pods,
 )
 
@@ -33,6 +34,11 @@ Manifest = dict[str, Any]
 MODEL_LABEL = "nvidia.com/gpu.product"
 # Pods whose resources are released: they hold nothing on their node.
 _DONE = ("Succeeded", "Failed")
+# The typical Pods are learnt again once the Pods seen have grown by this share: between
+# two lessons the node fragmentations computed stay valid and are remembered.
+_RELEARN = 1.05
+# Remembered fragmentations at most; past it they are forgotten at once.
+_MEMO_SIZE = 200_000
 # A node's Pods whose shape is not known yet (their claims not seen) are retried at most
 # this many at a time per score call, so a backlog never slows a call down much.
 _RESOLVE_BATCH = 256
@@ -81,6 +87,9 @@ class ClusterView:
     _pods: dict[str, _Pod] = field(default_factory=dict)
     _unresolved: set[str] = field(default_factory=set)
     _typical: list[tuple[PodShape, float]] | None = None
+    _learnt_from: int = 0
+    _resolved: int = 0
+    _memo: dict[NodeFree, float] = field(default_factory=dict)
 
     # ---- watch events
 
@@ -192,7 +201,7 @@ class ClusterView:
             if shape is not None:
                 pod.shape = shape
                 self._unresolved.discard(uid)
-                self._typical = None
+                self._resolved += 1
 
     def typical(self) -> list[tuple[PodShape, float]]:
         with self._lock:
@@ -200,11 +209,25 @@ class ClusterView:
 
     def _typical_locked(self) -> list[tuple[PodShape, float]]:
         self._resolve()
-        if self._typical is None:
-            self._typical = typical_pods(
-                pod.shape for pod in self._pods.values() if pod.shape is not None
-            )
+        if self._typical is None or self._resolved >= self._learnt_from * _RELEARN:
+            shapes = [pod.shape for pod in self._pods.values() if pod.shape is not None]
+            self._typical = typical_pods(shapes)
+            self._learnt_from = self._resolved = len(shapes)
+            self._memo.clear()
         return self._typical
+
+    def _measure(self, typical: list[tuple[PodShape, float]]) -> Callable[[NodeFree], float]:
+        memo = self._memo
+
+        def measure(node: NodeFree) -> float:
+            found = memo.get(node)
+            if found is None:
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                found = memo[node] = fragmentation(node, typical)
+            return found
+
+        return measure
 
     def free(self, node_name: str) -> NodeFree | None:
         with self._lock:
@@ -232,11 +255,12 @@ class ClusterView:
             if shape is None:
                 return [(name, 0) for name in node_names]
             frees = self._frees(node_names)
-        found = []
-        for name in node_names:
-            free = frees.get(name)
-            found.append((name, 0 if free is None else extender_score(free, shape, typical)))
-        return found
+            measure = self._measure(typical)
+            return [
+                (name, extender_score(free, shape, typical, measure) if free else 0)
+                for name in node_names
+                for free in [frees.get(name)]
+            ]
 
     def summary(self) -> dict[str, Any]:
         """Each node's free CPU and GPU thousandths, and the typical shapes: what the

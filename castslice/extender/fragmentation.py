@@ -22,10 +22,11 @@ can be given (the device the allocator will really pick) instead of the best of 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 MILLI = 1000
@@ -168,19 +169,31 @@ def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | No
     )
 
 
-def fgd_score(node: NodeFree, pod: PodShape, typical: TypicalPods, gpu: int | None = None) -> int:
+Fragmentation = Callable[[NodeFree], float]
+
+
+def fgd_score(
+    node: NodeFree,
+    pod: PodShape,
+    typical: TypicalPods,
+    gpu: int | None = None,
+    measure: Fragmentation | None = None,
+) -> int:
     """`calculateGpuShareFragExtendScore`: 0 to 100, higher where placing the Pod adds
     least fragmentation (or removes most).
 
     A Pod asking for nothing scores 100 everywhere. For a share of one GPU the artefact
     tries each GPU that fits and keeps the best; `gpu` scores the one given instead.
+    `measure`: `fragmentation` over `typical`, remembered by the caller.
     """
     if pod.asks_nothing:
         return MAX_NODE_SCORE
-    before = fragmentation(node, typical)
+    if measure is None:
+        measure = functools.partial(_fragmentation_of, typical)
+    before = measure(node)
     if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI and gpu is None:
         scores = [
-            _gradient_score(before, fragmentation(after, typical))
+            _gradient_score(before, measure(after))
             for index in range(len(node.gpu_milli))
             if (after := take(node, pod, index)) is not None
         ]
@@ -188,7 +201,11 @@ def fgd_score(node: NodeFree, pod: PodShape, typical: TypicalPods, gpu: int | No
     after = take(node, pod, gpu)
     if after is None:
         return 0
-    return _gradient_score(before, fragmentation(after, typical))
+    return _gradient_score(before, measure(after))
+
+
+def _fragmentation_of(typical: TypicalPods, node: NodeFree) -> float:
+    return fragmentation(node, typical)
 
 
 def typical_pods(
@@ -243,9 +260,11 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
-def extender_score(node: NodeFree, pod: PodShape, typical: TypicalPods) -> int:
+def extender_score(
+    node: NodeFree, pod: PodShape, typical: TypicalPods, measure: Fragmentation | None = None
+) -> int:
     """FGD's score for the GPU the allocator will pick, x 1000, plus the packing key of
     the node once the Pod is placed."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
-    return fgd_score(node, pod, typical, gpu) * KEY_RANGE + packing_key(after or node)
+    return fgd_score(node, pod, typical, gpu, measure) * KEY_RANGE + packing_key(after or node)
