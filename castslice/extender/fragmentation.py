@@ -22,7 +22,9 @@ can be given (the device the allocator will really pick) instead of the best of 
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -90,9 +92,24 @@ def accessible(node: NodeFree, pod: PodShape) -> bool:
     return bool(node.model) and node.model in pod.models
 
 
-def _hosts_on_gpus(node: NodeFree, pod: PodShape) -> bool:
-    """`CanNodeHostPodOnGpuMemory`: enough GPUs with the Pod's share of each free."""
-    return sum(left >= pod.gpu_milli for left in node.gpu_milli) >= pod.gpus
+class _SortedGpus:
+    """A node's free GPU thousandths sorted once, for the questions every typical Pod asks."""
+
+    def __init__(self, node: NodeFree) -> None:
+        self.lefts = sorted(node.gpu_milli)
+        self.below = list(itertools.accumulate(self.lefts, initial=0))
+
+    def short_of(self, milli: int) -> int:
+        """How many GPUs have less than `milli` free."""
+        return bisect.bisect_left(self.lefts, milli)
+
+    def hosts(self, pod: PodShape) -> bool:
+        """`CanNodeHostPodOnGpuMemory`: enough GPUs with the Pod's share of each free."""
+        return len(self.lefts) - self.short_of(pod.gpu_milli) >= pod.gpus
+
+    def free_short_of(self, milli: int) -> int:
+        """The free thousandths of the GPUs with less than `milli` free."""
+        return self.below[self.short_of(milli)]
 
 
 def _fits_host(node: NodeFree, pod: PodShape) -> bool:
@@ -100,15 +117,19 @@ def _fits_host(node: NodeFree, pod: PodShape) -> bool:
     return node.cpu_milli >= pod.cpu_milli and node.memory >= pod.memory
 
 
-def quadrant(node: NodeFree, pod: PodShape) -> str:
-    """`GetNodePodFrag`: how a typical Pod sees the node's free GPU."""
+def _quadrant(node: NodeFree, gpus: _SortedGpus, pod: PodShape) -> str:
     if pod.gpu_milli == 0:
         return XL_SATISFIED if _fits_host(node, pod) else XR_LACK_CPU
     if not accessible(node, pod):
         return NO_ACCESS
-    if _hosts_on_gpus(node, pod):
+    if gpus.hosts(pod):
         return Q3_SATISFIED if _fits_host(node, pod) else Q4_LACK_CPU
     return Q2_LACK_GPU if _fits_host(node, pod) else Q1_LACK_BOTH
+
+
+def quadrant(node: NodeFree, pod: PodShape) -> str:
+    """`GetNodePodFrag`: how a typical Pod sees the node's free GPU."""
+    return _quadrant(node, _SortedGpus(node), pod)
 
 
 def fragmentation(node: NodeFree, typical: TypicalPods) -> float:
@@ -118,11 +139,12 @@ def fragmentation(node: NodeFree, typical: TypicalPods) -> float:
     Where a typical Pod fits (Q3), only the GPUs with less than its share free count;
     otherwise every free thousandth does.
     """
-    total = node.gpu_milli_left
+    gpus = _SortedGpus(node)
+    total = gpus.below[-1]
     amount = 0.0
     for pod, frequency in typical:
-        if quadrant(node, pod) == Q3_SATISFIED:
-            amount += frequency * sum(left for left in node.gpu_milli if left < pod.gpu_milli)
+        if _quadrant(node, gpus, pod) == Q3_SATISFIED:
+            amount += frequency * gpus.free_short_of(pod.gpu_milli)
         else:
             amount += frequency * total
     return amount
