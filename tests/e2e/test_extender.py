@@ -43,7 +43,7 @@ class Cluster:
     extender: ExtenderProcess | None
     created: int = 0
 
-    def place(self, task: TraceTask) -> str | None:
+    def place(self, task: TraceTask, away_from: str | None = None) -> str | None:
         """Create the task's Pod once the extender (if any) has seen every earlier placement;
         the node it is bound to, or None if the scheduler found it unschedulable."""
         if self.extender is not None:
@@ -54,9 +54,19 @@ class Cluster:
                 interval=0.2,
             )
         index = self.created
-        kubernetes.client.CoreV1Api(self.api).create_namespaced_pod(
-            NAMESPACE, pod_manifest(DRA_100, index, task)
-        )
+        manifest = pod_manifest(DRA_100, index, task)
+        if away_from is not None:
+            # A pull of the scheduler's own scores towards the other nodes, as its default
+            # spreading is: the extender must outweigh it.
+            away = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [away_from]}
+            manifest["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "preference": {"matchExpressions": [away]}}
+                    ]
+                }
+            }
+        kubernetes.client.CoreV1Api(self.api).create_namespaced_pod(NAMESPACE, manifest)
         self.created += 1
         pods = settle(kubernetes.client.CoreV1Api(self.api), self.created)
         (pod,) = [item for item in pods if item["metadata"]["name"] == f"task-{index:05d}"]
@@ -114,13 +124,15 @@ def test_the_extender_keeps_a_whole_gpu_free_where_default_scoring_fragments_two
     nginx: Path, with_extender: bool
 ) -> None:
     """Three one-GPU nodes. A whole-GPU Pod, then two half-GPU Pods, then another whole-GPU
-    Pod. Default scoring spreads the halves over two GPUs by CPU, and the last Pod finds no
-    whole GPU; the extender puts the second half beside the first (FGD: it removes the
-    fragment the first left), and the last Pod runs."""
+    Pod. Default scoring spreads the halves over two GPUs by CPU (the second half also
+    prefers, weight 100, any node but the first half's: the pull of the scheduler's own
+    scores made certain), and the last Pod finds no whole GPU; the extender puts the
+    second half beside the first (FGD: it removes the fragment the first left), and the
+    last Pod runs."""
     with cluster(nginx, _nodes(3, 1), with_extender) as made:
         first_whole = made.place(WHOLE)
         first_half = made.place(HALF)
-        second_half = made.place(HALF)
+        second_half = made.place(HALF, away_from=first_half)
         last_whole = made.place(WHOLE)
     assert first_whole is not None and first_half is not None and second_half is not None
     if with_extender:
