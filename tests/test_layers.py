@@ -51,7 +51,9 @@ def test_the_folders_are_the_top_contract_s_layers_in_order() -> None:
     assert picture()[""] == top["layers"]
 
 
-@pytest.mark.parametrize("folder", ["cli", "render", "serve", "decision", "contract", "settings"])
+@pytest.mark.parametrize(
+    "folder", ["cli", "render", "serve", "extender", "decision", "contract", "settings"]
+)
 def test_each_folder_s_layers_are_its_contract_s(folder: str) -> None:
     contract = contracts()[folder]
     assert contract["type"] == "layers"

@@ -130,6 +130,30 @@ def test_a_finer_share_is_recommended_when_it_saves_gpus() -> None:
     assert result.today.gpus == 10
 
 
+def test_the_plan_says_when_the_scheduler_extender_is_worth_deploying() -> None:
+    trace = plan(load_config({}), tasks_from_trace(TRACE.read_text()))
+    assert trace.recommended_claims_devices
+    worth, why = trace.extender_advice
+    # 3078 shares of a GPU: 1731.8 GPUs of the trace's 6086.8.
+    assert worth and why.startswith("28% of the GPU demand comes in shares of a GPU")
+    assert trace.as_dict()["extender"] == {"worthDeploying": True, "why": why}
+    # Shares a small part of the demand: few fragments to avoid.
+    planned = plan(load_config({}), shares("0.5") + whole(20))
+    # Here the plan recommends a backend whose GPUs are not devices the scheduler allocates.
+    assert planned.best.settings["backend"] != "dra"
+    assert not planned.recommended_claims_devices
+    mostly_whole = replace(planned, recommended_claims_devices=True)
+    assert mostly_whole.extender_advice[0] is False
+    assert "only 2% of the GPU demand" in mostly_whole.extender_advice[1]
+    # GPUs the extender cannot see device by device.
+    pools = replace(trace, recommended_claims_devices=False)
+    assert pools.extender_advice == (
+        False,
+        "the scheduler extender scores GPUs shared as DRA devices; the recommended "
+        "backend's GPUs are not tracked per device",
+    )
+
+
 def test_a_pod_castslice_rewrote_counts_its_share_and_one_left_alone_its_gpus() -> None:
     config = load_config({"CASTSLICE_SLICES_PER_GPU": "8"})
     record = '{"slices":3,"source":"slice-ratio","backend":"resource","original":{"a":"1","b":"1"}}'

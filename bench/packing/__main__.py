@@ -24,7 +24,7 @@ from tests.e2e import tools
 
 from . import report
 from .replay import PROFILES, Configuration, replay
-from .trace import TASKS_CSV, read_nodes, read_tasks, sample_nodes, workload
+from .trace import ORDERS, TASKS_CSV, read_nodes, read_tasks, sample_nodes, workload
 
 RESULTS = Path(__file__).parent / "results" / "replays.jsonl"
 
@@ -82,27 +82,37 @@ def run(args: argparse.Namespace) -> int:
         return 2
     chosen = [known[name] for name in names]
     profiles = args.profiles.split(",")
+    orders = args.orders.split(",")
+    wrong = [name for name in [*profiles, *orders] if name not in [*PROFILES, *ORDERS]]
+    if wrong:
+        print(f"--profiles/--orders: no {', '.join(wrong)}", file=sys.stderr)
+        return 2
     nginx, binaries = tools.nginx(), tools.kube_binaries()
     nodes = sample_nodes(read_nodes(), args.every)
     tasks = read_tasks()
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
-    for seed in map(int, args.seeds.split(",")):
-        arrived = workload(tasks, sum(node.gpus for node in nodes), seed)
-        for profile in profiles:
-            for configuration in chosen:
-                print(
-                    f"{configuration.name}, {profile}, seed {seed}: {len(arrived)} tasks",
-                    flush=True,
-                )
-                began = time.time()
-                result = replay(
-                    configuration, profile, seed, args.every, nodes, arrived, binaries, nginx,
-                    log=lambda line: print(line, flush=True),
-                )  # fmt: skip
-                record = {**asdict(result), "started": began, "load": report.load()}
-                with results.open("a") as file:
-                    file.write(json.dumps(record) + "\n")
+    runs = [
+        (seed, order, profile, configuration)
+        for seed in map(int, args.seeds.split(","))
+        for order in orders
+        for profile in profiles
+        for configuration in chosen
+    ]
+    for seed, order, profile, configuration in runs:
+        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, order)
+        print(
+            f"{configuration.name}, {profile}, {order}, seed {seed}: {len(arrived)} tasks",
+            flush=True,
+        )
+        began = time.time()
+        result = replay(
+            configuration, profile, seed, args.every, nodes, arrived, binaries, nginx,
+            log=lambda line: print(line, flush=True), order=order,
+        )  # fmt: skip
+        record = {**asdict(result), "started": began, "load": report.load()}
+        with results.open("a") as file:
+            file.write(json.dumps(record) + "\n")
     return 0
 
 
@@ -114,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--seeds", default="42,43,44", help="workload seeds, comma-separated")
     runner.add_argument("--profiles", default=",".join(PROFILES), help="scheduler profiles")
     runner.add_argument("--only", help="configuration names, comma-separated, in this order")
+    runner.add_argument(
+        "--orders",
+        default="arrival",
+        help="the tasks' orders, comma-separated: arrival (the trace's), shuffled (the FGD "
+        "artefact's, --shuffle-pod=true)",
+    )
     runner.add_argument("--results", default=str(RESULTS), help="the JSON lines file to append to")
     commands.add_parser("report", help="write docs/performance.md's packing section and plots")
     args = parser.parse_args(argv)

@@ -10,9 +10,11 @@ unschedulable) and counts what is placed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,8 @@ from tests.e2e import dra as dra_nodes
 from tests.e2e import nodes as fake_nodes
 from tests.e2e.castslice_server import CastSliceServer
 from tests.e2e.cluster import KWOK_NODE_LABEL, LocalControlPlane
+from tests.e2e.extender import PROFILE as EXTENDER_PROFILE
+from tests.e2e.extender import ExtenderProcess, profile_for
 from tests.e2e.pods import create_namespace
 from tests.e2e.registration import register_and_wait
 from tests.e2e.tools import KubeBinaries
@@ -42,7 +46,13 @@ from .trace import MILLI, TraceNode, TraceTask
 
 REPO = Path(__file__).resolve().parents[2]
 BIN_PACKING = REPO / "infra" / "scheduler" / "bin-packing.yaml"
-PROFILES: dict[str, Path | None] = {"default": None, "bin-packing": BIN_PACKING}
+# The shipped extender profile; its replay also runs `castslice extender` beside the cluster.
+FGD_EXTENDER = "fgd-extender"
+PROFILES: dict[str, Path | None] = {
+    "default": None,
+    "bin-packing": BIN_PACKING,
+    FGD_EXTENDER: EXTENDER_PROFILE,
+}
 NAMESPACE = "trace"
 # The node label a task's gpu_spec selects by: GPU Feature Discovery's product label.
 MODEL_LABEL = "nvidia.com/gpu.product"
@@ -93,6 +103,10 @@ class Result:
     curve: list[tuple[float, float, int, int]] = field(default_factory=list)
     seconds: float = 0.0
     settings: dict[str, str] = field(default_factory=dict)
+    # The tasks' order: the trace's arrival order, or shuffled as the FGD artefact runs it.
+    order: str = "arrival"
+    # With the extender: its prioritize calls, seconds spent in them, CPU seconds, peak RSS.
+    extender: dict[str, float] = field(default_factory=dict)
 
 
 def slice_ratio(config: Config, task: TraceTask) -> int:
@@ -324,11 +338,12 @@ def replay(
     binaries: KubeBinaries,
     nginx: Path,
     log: Callable[[str], None] = print,
+    order: str = "arrival",
 ) -> Result:
     gpus = sum(node.gpus for node in nodes)
     result = Result(
         configuration.name, profile, seed, every, len(nodes), gpus, len(tasks),
-        settings=configuration.settings,
+        settings=configuration.settings, order=order,
     )  # fmt: skip
     started = time.monotonic()
     pools = node_pools(configuration, nodes, tasks)
@@ -337,62 +352,94 @@ def replay(
         trace.name: node_manifest(configuration, trace, sharing)["metadata"]["labels"]
         for trace, sharing in zip(nodes, pools, strict=True)
     }
-    with (
-        LocalControlPlane(
-            binaries, scheduler_config=PROFILES[profile], client_qps=_CLIENT_QPS
-        ) as plane,
-        CastSliceServer(nginx, configuration.settings) as server,
-    ):
-        api = plane.api_client()
-        register_and_wait(api, server)
-        create_namespace(api, NAMESPACE)
-        create_cluster_nodes(api, configuration, nodes, pools)
-        if configuration.claims:
-            apply_claim_templates(api, configuration, tasks)
-        core = kubernetes.client.CoreV1Api(api)
-        log(f"  {len(nodes)} nodes ready after {time.monotonic() - started:.0f} s")
-        arrived, submitted = Fraction(0), 0
-        manifests = [pod_manifest(configuration, i, task) for i, task in enumerate(tasks)]
-
-        def create(body: dict[str, Any]) -> None:
-            _body(core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
-
-        with ThreadPoolExecutor(_CREATORS) as creators:
-            for checkpoint in CHECKPOINTS:
-                batch = []
-                while (
-                    submitted < len(tasks)
-                    and arrived + tasks[submitted].demand <= checkpoint * gpus
-                ):
-                    arrived += tasks[submitted].demand
-                    batch.append(manifests[submitted])
-                    submitted += 1
-                if checkpoint == CHECKPOINTS[-1]:
-                    batch += manifests[submitted:]
-                    arrived += sum((task.demand for task in tasks[submitted:]), Fraction(0))
-                    submitted = len(tasks)
-                list(creators.map(create, batch))
-                pods = settle(core, submitted)
-                placed_on = {
-                    pod["metadata"]["name"]: pod["spec"]["nodeName"]
-                    for pod in pods
-                    if pod["spec"].get("nodeName")
-                }
-                got = {
-                    name: honoured(configuration, by_name[name], labels[node])
-                    for name, node in placed_on.items()
-                }
-                placed = sum(got.values(), Fraction(0))
-                short = sum(got[name] < by_name[name].demand for name in got)
-                pending = len(pods) - len(placed_on)
-                point = (float(arrived / gpus), float(placed / gpus), pending, short)
-                result.curve.append(point)
-                log(
-                    f"  arrived {point[0]:6.1%}  allocated {point[1]:6.1%}  pending {pending}"
-                    f"  placed with less than asked {short}"
-                    f"  ({time.monotonic() - started:.0f} s)"
-                )
-        if not pods:
-            raise HarnessError("no Pod was created")
+    scheduler_config = PROFILES[profile]
+    extender = None
+    with contextlib.ExitStack() as stack:
+        if profile == FGD_EXTENDER:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fgd-")))
+            extender = ExtenderProcess(configuration.settings, workdir)
+            stack.callback(extender.stop)
+            scheduler_config = profile_for(extender.url, workdir)
+        plane = stack.enter_context(
+            LocalControlPlane(binaries, scheduler_config=scheduler_config, client_qps=_CLIENT_QPS)
+        )
+        server = stack.enter_context(CastSliceServer(nginx, configuration.settings))
+        if extender is not None:
+            extender.start(plane.kubeconfig)
+        _replay(configuration, nodes, tasks, plane, server, pools, labels, by_name, result,
+                started, log)  # fmt: skip
+        if extender is not None:
+            account = extender.state()
+            cpu, peak = extender.usage()
+            result.extender = {
+                "calls": account["calls"], "seconds": account["seconds"],
+                "cpu_seconds": cpu, "peak_rss": peak,
+            }  # fmt: skip
+            log(f"  extender: {account['calls']} calls, {account['seconds']:.1f} s in them, "
+                f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB")  # fmt: skip
     result.seconds = time.monotonic() - started
     return result
+
+
+def _replay(
+    configuration: Configuration,
+    nodes: Sequence[TraceNode],
+    tasks: Sequence[TraceTask],
+    plane: LocalControlPlane,
+    server: CastSliceServer,
+    pools: Sequence[int | None],
+    labels: dict[str, dict[str, str]],
+    by_name: dict[str, TraceTask],
+    result: Result,
+    started: float,
+    log: Callable[[str], None],
+) -> None:
+    gpus = result.gpus
+    api = plane.api_client()
+    register_and_wait(api, server)
+    create_namespace(api, NAMESPACE)
+    create_cluster_nodes(api, configuration, nodes, pools)
+    if configuration.claims:
+        apply_claim_templates(api, configuration, tasks)
+    core = kubernetes.client.CoreV1Api(api)
+    log(f"  {len(nodes)} nodes ready after {time.monotonic() - started:.0f} s")
+    arrived, submitted = Fraction(0), 0
+    manifests = [pod_manifest(configuration, i, task) for i, task in enumerate(tasks)]
+
+    def create(body: dict[str, Any]) -> None:
+        _body(core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
+
+    with ThreadPoolExecutor(_CREATORS) as creators:
+        for checkpoint in CHECKPOINTS:
+            batch = []
+            while submitted < len(tasks) and arrived + tasks[submitted].demand <= checkpoint * gpus:
+                arrived += tasks[submitted].demand
+                batch.append(manifests[submitted])
+                submitted += 1
+            if checkpoint == CHECKPOINTS[-1]:
+                batch += manifests[submitted:]
+                arrived += sum((task.demand for task in tasks[submitted:]), Fraction(0))
+                submitted = len(tasks)
+            list(creators.map(create, batch))
+            pods = settle(core, submitted)
+            placed_on = {
+                pod["metadata"]["name"]: pod["spec"]["nodeName"]
+                for pod in pods
+                if pod["spec"].get("nodeName")
+            }
+            got = {
+                name: honoured(configuration, by_name[name], labels[node])
+                for name, node in placed_on.items()
+            }
+            placed = sum(got.values(), Fraction(0))
+            short = sum(got[name] < by_name[name].demand for name in got)
+            pending = len(pods) - len(placed_on)
+            point = (float(arrived / gpus), float(placed / gpus), pending, short)
+            result.curve.append(point)
+            log(
+                f"  arrived {point[0]:6.1%}  allocated {point[1]:6.1%}  pending {pending}"
+                f"  placed with less than asked {short}"
+                f"  ({time.monotonic() - started:.0f} s)"
+            )
+    if not pods:
+        raise HarnessError("no Pod was created")

@@ -1,10 +1,18 @@
 """The openb trace: its GPU nodes, its tasks, and the workloads a replay submits.
 
-The workload follows the FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator,
-`TunePodsByNodeTotalResource`, run with `-tune 1.3` and seeds 42-51): the task list in
-arrival order is pruned by removing tasks at random (or extended by appending random
-copies) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. Its
-random numbers are Go's; here they are Python's `random.Random(seed)`, the same method
+The workload follows the FGD paper's simulator (hkust-adsl/kubernetes-scheduler-simulator
+at commit 8f3d6417353c5083c6d56617f255fadd8dc306bc, pkg/simulator/simulator.go,
+`TunePodsByNodeTotalResource`, run with `-tune 1.3` and seeds 42-51): the task list is
+pruned by removing tasks at random (or extended by appending random copies of the trace's
+tasks) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. Two orders:
+
+- `arrival`: the trace's order, pruned or extended;
+- `shuffled`: the artefact's experiments (experiments/run_scripts/
+  expected_run_scripts_0511.sh: `--shuffle-pod=true`), where `SortClusterPods` sorts the
+  tasks by name and shuffles them (`rand.Shuffle`, after `rand.Seed(seed)` in
+  pkg/simulator/core.go) before the tuning draws from the same generator.
+
+Its random numbers are Go's; here they are Python's `random.Random(seed)`, the same method
 with other draws.
 """
 
@@ -21,6 +29,7 @@ NODES_CSV = DATA / "openb_node_list_gpu_node.csv"
 TASKS_CSV = DATA / "openb_pod_list_default.csv"
 ARRIVAL = Fraction(13, 10)
 MILLI = 1000
+ORDERS = ("arrival", "shuffled")
 
 
 @dataclass(frozen=True)
@@ -87,11 +96,18 @@ def sample_nodes(nodes: list[TraceNode], every: int) -> list[TraceNode]:
     return nodes[::every]
 
 
-def workload(tasks: list[TraceTask], gpus: int, seed: int) -> list[TraceTask]:
-    """Tasks in arrival order whose GPU demand is ARRIVAL x `gpus`, as the simulator tunes it."""
+def workload(
+    tasks: list[TraceTask], gpus: int, seed: int, order: str = "arrival"
+) -> list[TraceTask]:
+    """Tasks whose GPU demand is ARRIVAL x `gpus`, as the simulator tunes them, in `order`."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)}")
     draw = random.Random(seed)
     target = ARRIVAL * gpus
     chosen = list(tasks)
+    if order == "shuffled":
+        chosen.sort(key=lambda task: task.name)
+        draw.shuffle(chosen)
     total = sum((task.demand for task in chosen), Fraction(0))
     if total > target:
         while total > target:

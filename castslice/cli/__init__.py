@@ -33,6 +33,8 @@ COMMANDS = {
     "Pending Pods, quotas and fail-open calls (read-only)",
     "report": "show who shares which GPU and how many GPUs sharing saved, by namespace and "
     "workload, with the Pending Pods and why (read-only; --serve: the same as metrics)",
+    "extender": "serve the fragmentation-aware kube-scheduler extender (prioritize only; "
+    "dra backend), a process of its own beside the webhook",
 }
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2

@@ -247,6 +247,8 @@ def summary(result: Plan) -> list[str]:
             f"If your nodes offered {other.settings['backend']}: {other.name} ({settings}): "
             f"{_gpus(other.gpus)}" + (f"; and {'; and '.join(other.notes)}" if other.notes else "")
         )
+    advised, why = result.extender_advice
+    lines.append(f"Scheduler extender: {'worth' if advised else 'not worth'} deploying: {why}.")
     seen: set[str] = set()
     for item in [today] if best is today else [today, best]:
         for warning in item.warnings:

@@ -41,6 +41,9 @@ WORTH_IT = Fraction(1, 100)
 # The trace columns the openb task lists have (Alibaba cluster-trace-gpu-v2023).
 TRACE_COLUMNS = ("num_gpu", "gpu_milli")
 MILLI = 1000
+# Below this share of the GPU demand in fractions of a GPU, fragments are too few for the
+# scheduler extender to be worth running.
+EXTENDER_SHARE = Fraction(1, 10)
 
 
 class WorkloadError(ValueError):
@@ -141,6 +144,31 @@ class Plan:
     backend: str = "resource"
     # Why today's settings are kept, when no candidate of today's backend needs fewer GPUs.
     keep: str = ""
+    # Whether the recommended backend shares GPUs as devices the scheduler allocates (the
+    # scheduler extender scores those), and the demand that comes in shares of a GPU.
+    recommended_claims_devices: bool = False
+    shared_demand: Fraction = Fraction(0)
+
+    @property
+    def extender_advice(self) -> tuple[bool, str]:
+        """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
+        share = self.shared_demand / self.demand if self.demand else Fraction(0)
+        if not self.recommended_claims_devices:
+            return False, (
+                "the scheduler extender scores GPUs shared as DRA devices; the recommended "
+                "backend's GPUs are not tracked per device"
+            )
+        if share < EXTENDER_SHARE:
+            return False, (
+                f"only {float(share):.0%} of the GPU demand comes in shares of a GPU: few "
+                "fragments for the scheduler extender to avoid"
+            )
+        return True, (
+            f"{float(share):.0%} of the GPU demand comes in shares of a GPU, whose leftovers "
+            "strand later Pods: the fragmentation-aware scheduler extender (castslice "
+            "extender, infra/scheduler/fgd-extender.yaml) places more of it "
+            "(docs/performance.md#the-scheduler-extender)"
+        )
 
     @property
     def ideal(self) -> int:
@@ -187,6 +215,7 @@ class Plan:
                 }
                 for backend, item in self.per_backend.items()
             },
+            "extender": dict(zip(("worthDeploying", "why"), self.extender_advice, strict=True)),
         }
 
 
@@ -574,8 +603,9 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
     today's backend's when the user named it (the GPU nodes decide the backend), else the
     backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
     today, else it keeps today's settings and says why."""
+    candidates = dict(candidate_configs(config))
     estimates = []
-    for name, candidate in candidate_configs(config):
+    for name, candidate in candidates.items():
         change = changes(config, candidate, tasks)
         found = estimate(candidate, tasks, name)
         estimates.append(
@@ -601,6 +631,9 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
         keep = f"no {which} needs fewer GPUs than today's {today.gpus}" + (
             "; sharing saves no GPU for this workload" if today.gpus >= without.gpus else ""
         )
+    # The backend the plan recommends: today's when it keeps the settings.
+    recommended = config if keep else candidates[mine.name]
+    claims_devices = backend_for(recommended).claim_templates() is not None
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
     kept = [item for item in marked if item.recommended or _shown(item, chosen)]
     opted = [task for task in tasks if task.opted_in]
@@ -614,6 +647,8 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
         chosen,
         mine.settings["backend"],
         keep,
+        claims_devices,
+        sum((task.gpus for task in opted if task.gpus.denominator != 1), Fraction(0)),
     )
 
 

@@ -27,11 +27,13 @@ import yaml
 
 import castslice.serve.tls
 from castslice import __version__
+from castslice.cli import extender as extender_command
 from castslice.cli.flags import add_settings, config_from
 from castslice.environment import load_config
 from castslice.settings.config import Config, ConfigError
 from tests.helm import (
     CHART,
+    ROOT,
     SAMPLE_REPOSITORY,
     Objects,
     castslice_output,
@@ -975,3 +977,68 @@ def test_every_setting_other_than_its_default_reaches_the_application(
     for field in dataclasses.fields(Config):
         if field.name != "policy":
             assert getattr(loaded, field.name) != getattr(default, field.name), field.name
+
+
+def _extender_objects(objects: Objects) -> dict[str, dict[str, Any]]:
+    return {obj["kind"]: obj for obj in objects if obj["metadata"]["name"].endswith("-extender")}
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_extender_runs_when_asked_beside_the_webhook_with_what_its_watches_need(
+    helm: Path, tmp_path: Path, version: str
+) -> None:
+    values = {"backend": "dra", "slicesPerGpu": 100, "extender": {"enabled": True}}
+    objects = template(helm, tmp_path, values)
+    made = _extender_objects(objects)
+    assert set(made) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                         "Service"}  # fmt: skip
+    for obj in made.values():
+        kubernetes_validate.validate(obj, version, strict=True)
+    pod = made["Deployment"]["spec"]["template"]
+    assert_restricted(pod["spec"])
+    (container,) = pod["spec"]["containers"]
+    # The command the image runs is the CLI's, its flags accepted by it.
+    assert container["command"][:4] == ["python", "-m", "castslice", "extender"]
+    parser = argparse.ArgumentParser()
+    extender_command.add_arguments(parser)
+    add_settings(parser)
+    args = parser.parse_args(container["command"][4:])
+    assert (args.address, args.port) == ("0.0.0.0", 8888)
+    # The same settings as the webhook's, read the same way.
+    environment = container_environment(objects, container)
+    assert load_config(environment).backend == "dra"
+    assert load_config(environment).slices_per_gpu == 100
+    # The webhook's Service never sends a review to the extender, nor the extender's a
+    # scheduler call to the webhook.
+    labels = pod["metadata"]["labels"]
+    webhook = next(obj for obj in of_kind(objects, "Service") if obj not in made.values())
+    assert not webhook["spec"]["selector"].items() <= labels.items()
+    assert made["Service"]["spec"]["selector"].items() <= labels.items()
+    # Its watches: list and watch each kind, get for a claim not delivered yet.
+    rights = {
+        (group, resource): set(rule["verbs"])
+        for rule in made["ClusterRole"]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rights == {
+        ("", "nodes"): {"list", "watch"},
+        ("", "pods"): {"list", "watch"},
+        ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+        ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    }
+    # The shipped profile calls this Service for a release named castslice in castslice.
+    profile = yaml.safe_load((ROOT / "infra" / "scheduler" / "fgd-extender.yaml").read_text())
+    service = made["Service"]
+    url = (
+        f"http://{service['metadata']['name']}.castslice.svc:{service['spec']['ports'][0]['port']}"
+    )
+    assert profile["extenders"][0]["urlPrefix"] == url
+
+
+def test_the_extender_is_refused_off_the_dra_backend_and_off_by_default(
+    helm: Path, tmp_path: Path, defaults: Objects
+) -> None:
+    error = template_error(helm, tmp_path, {"extender": {"enabled": True}})
+    assert "extender.enabled: the scheduler extender scores GPUs shared as DRA devices" in error
+    assert _extender_objects(defaults) == {}

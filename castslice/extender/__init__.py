@@ -1,0 +1,1 @@
+"""The fragmentation-aware scheduler extender: FGD's node score served to kube-scheduler."""

@@ -1,0 +1,377 @@
+"""What the extender knows of the cluster: each node's free CPU, memory and GPU shares, and
+the Pod shapes it has seen, kept up to date from watch events and read to score a Pod.
+
+GPUs are DRA devices (`resource.k8s.io/v1`) with a consumable capacity (`shares: S`, as
+the NVIDIA DRA driver publishes them with `--consumable-shares=S`): a node's GPUs are
+its ResourceSlices' devices, in the order the allocator tries them (slice by slice, each
+slice's devices in its order); a device's free share is S less what the allocated claims
+consume of it (`status.allocation.devices.results[].consumedCapacity`). A Pod's GPU
+request is read from its claims (`status.resourceClaimStatuses`): `count` devices with
+`capacity.requests[<capacity>]` shares of each.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from castslice.contract.scheduling import allocatable, count, pod_request
+from castslice.extender.fragmentation import (
+    MILLI,
+    NodeFree,
+    PodShape,
+    extender_score,
+    fragmentation,
+    typical_pods,
+)
+
+Manifest = dict[str, Any]
+
+# GPU Feature Discovery's product label (NVIDIA/k8s-device-plugin, gpu-feature-discovery:
+# `nvidia.com/gpu.product`): the model a Pod's node affinity selects by.
+MODEL_LABEL = "nvidia.com/gpu.product"
+# Pods whose resources are released: they hold nothing on their node.
+_DONE = ("Succeeded", "Failed")
+# The typical Pods are learnt again once the Pods seen have grown by this share: between
+# two lessons the node fragmentations computed stay valid and are remembered.
+_RELEARN = 1.05
+# Remembered fragmentations at most; past it they are forgotten at once.
+_MEMO_SIZE = 200_000
+# A node's Pods whose shape is not known yet (their claims not seen) are retried at most
+# this many at a time per score call, so a backlog never slows a call down much.
+_RESOLVE_BATCH = 256
+
+
+@dataclass
+class _Claim:
+    # (devices, shares of each) per request
+    requests: list[tuple[int, int]]
+    # (device key, shares consumed)
+    allocated: list[tuple[str, int]]
+
+
+@dataclass
+class _Pod:
+    node: str
+    cpu_milli: int
+    memory: int
+    namespace: str
+    claims: tuple[str, ...]
+    gpus_plain: int
+    models: tuple[str, ...]
+    done: bool
+    shape: PodShape | None = None
+
+
+@dataclass
+class _Node:
+    cpu_milli: int
+    memory: int
+    model: str
+
+
+@dataclass
+class ClusterView:
+    """The cluster as the watches last said; every method takes the lock."""
+
+    capacity: str
+    shares_per_gpu: int
+    gpu_resource: str = "nvidia.com/gpu"
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _nodes: dict[str, _Node] = field(default_factory=dict)
+    # slice name -> (node, [(device key, shares offered)])
+    _slices: dict[str, tuple[str, list[tuple[str, int]]]] = field(default_factory=dict)
+    _claims: dict[tuple[str, str], _Claim] = field(default_factory=dict)
+    _pods: dict[str, _Pod] = field(default_factory=dict)
+    _unresolved: set[str] = field(default_factory=set)
+    _typical: list[tuple[PodShape, float]] | None = None
+    _learnt_from: int = 0
+    _resolved: int = 0
+    _memo: dict[NodeFree, float] = field(default_factory=dict)
+
+    # ---- watch events
+
+    def replace(self, kind: str, items: Iterable[Manifest]) -> None:
+        """A fresh list of `kind`: drop what was known of it, then add every item."""
+        with self._lock:
+            self._table(kind).clear()
+            for item in items:
+                self._apply(kind, "ADDED", item)
+
+    def apply(self, kind: str, event: str, item: Manifest) -> None:
+        with self._lock:
+            self._apply(kind, event, item)
+
+    def _table(self, kind: str) -> dict[Any, Any]:
+        tables: dict[str, dict[Any, Any]] = {
+            "nodes": self._nodes,
+            "resourceslices": self._slices,
+            "resourceclaims": self._claims,
+            "pods": self._pods,
+        }
+        return tables[kind]
+
+    def _apply(self, kind: str, event: str, item: Manifest) -> None:
+        metadata = item.get("metadata") or {}
+        name = metadata.get("name") or ""
+        if kind == "nodes":
+            if event == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = _Node(
+                    _milli(((item.get("status") or {}).get("allocatable") or {}).get("cpu")),
+                    allocatable(item, "memory"),
+                    (metadata.get("labels") or {}).get(MODEL_LABEL, ""),
+                )
+        elif kind == "resourceslices":
+            if event == "DELETED":
+                self._slices.pop(name, None)
+            else:
+                self._slices[name] = _read_slice(item, self.capacity)
+        elif kind == "resourceclaims":
+            key = (metadata.get("namespace") or "", name)
+            if event == "DELETED":
+                self._claims.pop(key, None)
+            else:
+                self._claims[key] = _read_claim(item, self.capacity)
+        elif kind == "pods":
+            uid = metadata.get("uid") or name
+            if event == "DELETED":
+                self._pods.pop(uid, None)
+                self._unresolved.discard(uid)
+            else:
+                known = self._pods.get(uid)
+                pod = self._read_pod(item)
+                if known is not None and known.shape is not None:
+                    pod.shape = known.shape
+                self._pods[uid] = pod
+                if pod.shape is None:
+                    self._unresolved.add(uid)
+
+    def _read_pod(self, item: Manifest) -> _Pod:
+        metadata, spec = item.get("metadata") or {}, item.get("spec") or {}
+        status = item.get("status") or {}
+        made = {
+            claim.get("name"): claim["resourceClaimName"]
+            for claim in status.get("resourceClaimStatuses") or ()
+            if claim.get("resourceClaimName")
+        }
+        # A claim from a template is named in the status once the controller made it.
+        claims = tuple(
+            claim.get("resourceClaimName") or made.get(claim.get("name")) or ""
+            for claim in spec.get("resourceClaims") or ()
+        )
+        return _Pod(
+            node=spec.get("nodeName") or "",
+            cpu_milli=_milli_request(item),
+            memory=pod_request(item, "memory"),
+            namespace=metadata.get("namespace") or "",
+            claims=claims,
+            gpus_plain=pod_request(item, self.gpu_resource),
+            models=_models(spec),
+            done=status.get("phase") in _DONE,
+        )
+
+    # ---- reading
+
+    def _shape(self, pod: _Pod) -> PodShape | None:
+        """The Pod's shape, or None while a claim it names is not made or not seen yet."""
+        gpus, milli = 0, 0
+        for claim_name in pod.claims:
+            claim = self._claims.get((pod.namespace, claim_name)) if claim_name else None
+            if claim is None:
+                return None
+            for devices, shares in claim.requests:
+                gpus += devices
+                # No capacity asked: the device is the claim's alone.
+                share = shares * MILLI // self.shares_per_gpu if shares else MILLI
+                milli = max(milli, min(share, MILLI))
+        if pod.gpus_plain:
+            gpus, milli = gpus + pod.gpus_plain, MILLI
+        return PodShape(pod.cpu_milli, milli if gpus else 0, gpus, pod.models, pod.memory)
+
+    def _resolve(self) -> None:
+        for uid in list(self._unresolved)[:_RESOLVE_BATCH]:
+            pod = self._pods.get(uid)
+            if pod is None:
+                self._unresolved.discard(uid)
+                continue
+            shape = self._shape(pod)
+            if shape is not None:
+                pod.shape = shape
+                self._unresolved.discard(uid)
+                self._resolved += 1
+
+    def typical(self) -> list[tuple[PodShape, float]]:
+        with self._lock:
+            return self._typical_locked()
+
+    def _typical_locked(self) -> list[tuple[PodShape, float]]:
+        self._resolve()
+        if self._typical is None or self._resolved >= self._learnt_from * _RELEARN:
+            shapes = [pod.shape for pod in self._pods.values() if pod.shape is not None]
+            self._typical = typical_pods(shapes)
+            self._learnt_from = self._resolved = len(shapes)
+            self._memo.clear()
+        return self._typical
+
+    def _measure(self, typical: list[tuple[PodShape, float]]) -> Callable[[NodeFree], float]:
+        memo = self._memo
+
+        def measure(node: NodeFree) -> float:
+            found = memo.get(node)
+            if found is None:
+                if len(memo) >= _MEMO_SIZE:
+                    memo.clear()
+                found = memo[node] = fragmentation(node, typical)
+            return found
+
+        return measure
+
+    def free(self, node_name: str) -> NodeFree | None:
+        with self._lock:
+            return self._frees([node_name]).get(node_name)
+
+    def missing_claims(self, pod: Manifest) -> list[tuple[str, str]]:
+        """The claims `pod` names that the view has not seen (yet)."""
+        read = self._read_pod(pod)
+        with self._lock:
+            return [
+                (read.namespace, name)
+                for name in read.claims
+                if name and (read.namespace, name) not in self._claims
+            ]
+
+    def scores(self, pod: Manifest, node_names: Sequence[str]) -> list[tuple[str, int]]:
+        """Each node's score for placing `pod` there (nodes the view does not know: 0).
+
+        A Pod whose claims are not known gets 0 everywhere: no opinion.
+        """
+        read = self._read_pod(pod)
+        with self._lock:
+            typical = self._typical_locked()
+            shape = self._shape(read)
+            if shape is None:
+                return [(name, 0) for name in node_names]
+            frees = self._frees(node_names)
+            measure = self._measure(typical)
+            return [
+                (name, extender_score(free, shape, typical, measure) if free else 0)
+                for name in node_names
+                for free in [frees.get(name)]
+            ]
+
+    def summary(self) -> dict[str, Any]:
+        """Each node's free CPU and GPU thousandths, and the typical shapes: what the
+        extender believes, for an operator (and a test) to read."""
+        with self._lock:
+            frees = self._frees(list(self._nodes))
+            typical = self._typical_locked()
+        return {
+            "nodes": {
+                name: {"cpuMilli": free.cpu_milli, "memory": free.memory,
+                       "gpuMilli": list(free.gpu_milli)}
+                for name, free in sorted(frees.items())
+            },
+            "typicalPods": [
+                {"cpuMilli": shape.cpu_milli, "gpuMilli": shape.gpu_milli, "gpus": shape.gpus,
+                 "models": list(shape.models), "memory": shape.memory, "frequency": frequency}
+                for shape, frequency in typical
+            ],
+        }  # fmt: skip
+
+    def _frees(self, names: Sequence[str]) -> dict[str, NodeFree]:
+        """Every named node's free resources in one pass over Pods and claims."""
+        wanted = set(names)
+        cpu = {name: node.cpu_milli for name, node in self._nodes.items() if name in wanted}
+        memory = {name: node.memory for name, node in self._nodes.items() if name in wanted}
+        for pod in self._pods.values():
+            if pod.node in cpu and not pod.done:
+                cpu[pod.node] -= pod.cpu_milli
+                memory[pod.node] -= pod.memory
+        consumed: dict[str, int] = {}
+        for claim in self._claims.values():
+            for key, shares in claim.allocated:
+                consumed[key] = consumed.get(key, 0) + shares
+        gpus: dict[str, list[int]] = {name: [] for name in cpu}
+        for slice_name in sorted(self._slices):
+            node_name, devices = self._slices[slice_name]
+            if node_name in gpus:
+                gpus[node_name] += [
+                    max(0, offered - consumed.get(key, 0)) * MILLI // offered
+                    for key, offered in devices
+                ]
+        return {
+            name: NodeFree(cpu[name], tuple(gpus[name]), self._nodes[name].model, memory[name])
+            for name in cpu
+        }
+
+
+def _milli(value: object) -> int:
+    if value is None:
+        return 0
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return int(parse_quantity(value) * MILLI)
+    except ValueError:
+        return 0
+
+
+def _milli_request(pod: Manifest) -> int:
+    spec = pod.get("spec") or {}
+
+    def asked(container: Manifest) -> int:
+        return _milli(((container.get("resources") or {}).get("requests") or {}).get("cpu"))
+
+    running = sum(asked(container) for container in spec.get("containers") or ())
+    init = max((asked(container) for container in spec.get("initContainers") or ()), default=0)
+    return max(running, init)
+
+
+def _models(spec: Manifest) -> tuple[str, ...]:
+    """The GPU models a Pod's required node affinity allows (one term, `In` on the label)."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = affinity.get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return ()
+    for expression in terms[0].get("matchExpressions") or ():
+        if expression.get("key") == MODEL_LABEL and expression.get("operator") == "In":
+            return tuple(sorted(expression.get("values") or ()))
+    selector = (spec.get("nodeSelector") or {}).get(MODEL_LABEL)
+    return (selector,) if selector else ()
+
+
+def _read_slice(item: Manifest, capacity: str) -> tuple[str, list[tuple[str, int]]]:
+    spec = item.get("spec") or {}
+    pool = (spec.get("pool") or {}).get("name") or ""
+    driver = spec.get("driver") or ""
+    devices = []
+    for device in spec.get("devices") or ():
+        offered = count(((device.get("capacity") or {}).get(capacity) or {}).get("value")) or 1
+        devices.append((f"{driver}/{pool}/{device.get('name') or ''}", offered))
+    return spec.get("nodeName") or "", devices
+
+
+def _read_claim(item: Manifest, capacity: str) -> _Claim:
+    spec_devices = (item.get("spec") or {}).get("devices") or {}
+    requests = []
+    for request in spec_devices.get("requests") or ():
+        exactly = request.get("exactly") or {}
+        devices = int(exactly.get("count") or 1)
+        shares = count(((exactly.get("capacity") or {}).get("requests") or {}).get(capacity))
+        requests.append((devices, shares))
+    allocation = ((item.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    allocated = []
+    for result in allocation.get("results") or ():
+        key = (
+            f"{result.get('driver') or ''}/{result.get('pool') or ''}/{result.get('device') or ''}"
+        )
+        consumed = (result.get("consumedCapacity") or {}).get(capacity)
+        # A device allocated without consumable capacity is the claim's alone.
+        allocated.append((key, count(consumed) if consumed is not None else 1 << 30))
+    return _Claim(requests, allocated)

@@ -1,0 +1,292 @@
+"""GPU fragmentation over a typical-pod distribution, and FGD's node score.
+
+A port of the FGD paper's simulator (Weng et al., "Beware of Fragmentation: Scheduling
+GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX ATC '23), from
+hkust-adsl/kubernetes-scheduler-simulator at commit
+8f3d6417353c5083c6d56617f255fadd8dc306bc:
+
+- pkg/utils/frag.go: `GetNodePodFrag` (which quadrant a typical Pod puts a node's free GPU
+  in), `NodeGpuShareFragAmount` and `FragAmountSumExceptQ3` (the node's fragmentation: the
+  free GPU thousandths that each typical Pod, weighted by its frequency, could not use),
+  `GetTypicalPods` (the most frequent Pod shapes until they cover a share of all Pods);
+- pkg/simulator/plugin/fgd_score.go: `calculateGpuShareFragExtendScore` (a node's score is
+  sigmoid((fragmentation before - fragmentation after) / 1000) x 100);
+- pkg/type/resource.go: `NodeResource.Sub` (whole GPUs come from the fullest GPUs that
+  fit, fully free GPUs in index order).
+
+Two departures, each a parameter of the port rather than a rewrite of it: a typical Pod
+counts as fitting only where its memory fits too (the artefact looks at CPU and GPU only;
+a shape with memory 0 behaves exactly as there), and the GPU a fractional Pod is scored on
+can be given (the device the allocator will really pick) instead of the best of the node's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+MILLI = 1000
+# kube-scheduler's framework.MaxNodeScore, which the artefact's score is scaled to.
+MAX_NODE_SCORE = 100
+# The artefact's experiments (scripts/generate_config_and_run.py, CLUSTER_CONFIG_TEMPLATE,
+# typicalPodsConfig): CPU-only Pods count, the shapes covering 95 % of all Pods are
+# typical, added one shape at a time.
+POPULARITY = 0.95
+STEP = 1
+
+Q1_LACK_BOTH = "q1_lack_both"
+Q2_LACK_GPU = "q2_lack_gpu"
+Q3_SATISFIED = "q3_satisfied"
+Q4_LACK_CPU = "q4_lack_cpu"
+XL_SATISFIED = "xl_satisfied"
+XR_LACK_CPU = "xr_lack_cpu"
+NO_ACCESS = "no_access"
+
+
+@dataclass(frozen=True, order=True)
+class PodShape:
+    """What a Pod asks of a node: CPU, memory, and `gpus` GPUs with `gpu_milli` of each.
+
+    `models`: the GPU models it may run on (empty: any), as the artefact's `GpuType`.
+    """
+
+    cpu_milli: int
+    gpu_milli: int = 0
+    gpus: int = 0
+    models: tuple[str, ...] = ()
+    memory: int = 0
+
+    @property
+    def asks_nothing(self) -> bool:
+        return not (self.cpu_milli or self.memory or self.gpus)
+
+
+@dataclass(frozen=True)
+class NodeFree:
+    """What a node has left: CPU, memory, and each GPU's free thousandths, in the order
+    its GPUs are allocated from."""
+
+    cpu_milli: int
+    gpu_milli: tuple[int, ...]
+    model: str = ""
+    memory: int = 0
+
+    @property
+    def gpu_milli_left(self) -> int:
+        return sum(self.gpu_milli)
+
+
+TypicalPods = Sequence[tuple[PodShape, float]]
+
+
+def accessible(node: NodeFree, pod: PodShape) -> bool:
+    """`IsNodeAccessibleToPodByType`: any node if the Pod names no model, else its model."""
+    if not pod.models:
+        return True
+    return bool(node.model) and node.model in pod.models
+
+
+class _SortedGpus:
+    """A node's free GPU thousandths sorted once, for the questions every typical Pod asks."""
+
+    def __init__(self, node: NodeFree) -> None:
+        self.lefts = sorted(node.gpu_milli)
+        self.below = list(itertools.accumulate(self.lefts, initial=0))
+
+    def short_of(self, milli: int) -> int:
+        """How many GPUs have less than `milli` free."""
+        return bisect.bisect_left(self.lefts, milli)
+
+    def hosts(self, pod: PodShape) -> bool:
+        """`CanNodeHostPodOnGpuMemory`: enough GPUs with the Pod's share of each free."""
+        return len(self.lefts) - self.short_of(pod.gpu_milli) >= pod.gpus
+
+    def free_short_of(self, milli: int) -> int:
+        """The free thousandths of the GPUs with less than `milli` free."""
+        return self.below[self.short_of(milli)]
+
+
+def _fits_host(node: NodeFree, pod: PodShape) -> bool:
+    # The artefact's CPU test, and memory beside it.
+    return node.cpu_milli >= pod.cpu_milli and node.memory >= pod.memory
+
+
+def _quadrant(node: NodeFree, gpus: _SortedGpus, pod: PodShape) -> str:
+    if pod.gpu_milli == 0:
+        return XL_SATISFIED if _fits_host(node, pod) else XR_LACK_CPU
+    if not accessible(node, pod):
+        return NO_ACCESS
+    if gpus.hosts(pod):
+        return Q3_SATISFIED if _fits_host(node, pod) else Q4_LACK_CPU
+    return Q2_LACK_GPU if _fits_host(node, pod) else Q1_LACK_BOTH
+
+
+def quadrant(node: NodeFree, pod: PodShape) -> str:
+    """`GetNodePodFrag`: how a typical Pod sees the node's free GPU."""
+    return _quadrant(node, _SortedGpus(node), pod)
+
+
+def fragmentation(node: NodeFree, typical: TypicalPods) -> float:
+    """`NodeGpuShareFragAmount(...).FragAmountSumExceptQ3()`: the free GPU thousandths
+    the typical Pods, weighted by frequency, cannot use on this node.
+
+    Where a typical Pod fits (Q3), only the GPUs with less than its share free count;
+    otherwise every free thousandth does.
+    """
+    gpus = _SortedGpus(node)
+    total = gpus.below[-1]
+    amount = 0.0
+    for pod, frequency in typical:
+        if _quadrant(node, gpus, pod) == Q3_SATISFIED:
+            amount += frequency * gpus.free_short_of(pod.gpu_milli)
+        else:
+            amount += frequency * total
+    return amount
+
+
+def sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-value))
+
+
+def _gradient_score(before: float, after: float) -> int:
+    # Go's int64() truncates towards zero; the sigmoid is positive, so int() does the same.
+    return int(sigmoid((before - after) / MILLI) * MAX_NODE_SCORE)
+
+
+def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | None:
+    """The node once the Pod is placed; None if it does not fit.
+
+    A share of one GPU comes from GPU `gpu`; whole GPUs, or a share with no `gpu` given,
+    as `NodeResource.Sub` takes them: the fullest GPUs that fit first (for whole GPUs,
+    the fully free ones in their order).
+    """
+    if not _fits_host(node, pod) or len(node.gpu_milli) < pod.gpus:
+        return None
+    left = list(node.gpu_milli)
+    if pod.gpus:
+        if gpu is not None:
+            if pod.gpus != 1 or left[gpu] < pod.gpu_milli:
+                return None
+            chosen = [gpu]
+        else:
+            # A stable sort by what is left: the artefact's SortedMilliGpuLeftIndexList(true).
+            fitting = [i for i in sorted(range(len(left)), key=left.__getitem__)
+                       if left[i] >= pod.gpu_milli]  # fmt: skip
+            if len(fitting) < pod.gpus:
+                return None
+            chosen = fitting[: pod.gpus]
+        for index in chosen:
+            left[index] -= pod.gpu_milli
+    return replace(
+        node,
+        cpu_milli=node.cpu_milli - pod.cpu_milli,
+        memory=node.memory - pod.memory,
+        gpu_milli=tuple(left),
+    )
+
+
+Fragmentation = Callable[[NodeFree], float]
+
+
+def fgd_score(
+    node: NodeFree,
+    pod: PodShape,
+    typical: TypicalPods,
+    gpu: int | None = None,
+    measure: Fragmentation | None = None,
+) -> int:
+    """`calculateGpuShareFragExtendScore`: 0 to 100, higher where placing the Pod adds
+    least fragmentation (or removes most).
+
+    A Pod asking for nothing scores 100 everywhere. For a share of one GPU the artefact
+    tries each GPU that fits and keeps the best; `gpu` scores the one given instead.
+    `measure`: `fragmentation` over `typical`, remembered by the caller.
+    """
+    if pod.asks_nothing:
+        return MAX_NODE_SCORE
+    if measure is None:
+        measure = functools.partial(_fragmentation_of, typical)
+    before = measure(node)
+    if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI and gpu is None:
+        scores = [
+            _gradient_score(before, measure(after))
+            for index in range(len(node.gpu_milli))
+            if (after := take(node, pod, index)) is not None
+        ]
+        return max(scores, default=0)
+    after = take(node, pod, gpu)
+    if after is None:
+        return 0
+    return _gradient_score(before, measure(after))
+
+
+def _fragmentation_of(typical: TypicalPods, node: NodeFree) -> float:
+    return fragmentation(node, typical)
+
+
+def typical_pods(
+    observed: Iterable[PodShape], popularity: float = POPULARITY, step: int = STEP
+) -> list[tuple[PodShape, float]]:
+    """`GetTypicalPods`: the most frequent shapes until they cover `popularity` of all
+    Pods, each with its frequency among them (summing to 1).
+
+    Shapes are counted without their memory, as the artefact counts them; each typical
+    shape carries the median memory of the Pods it stands for.
+    """
+    counts: Counter[PodShape] = Counter()
+    memories: dict[PodShape, list[int]] = defaultdict(list)
+    for shape in observed:
+        key = replace(shape, memory=0)
+        counts[key] += 1
+        memories[key].append(shape.memory)
+    total = sum(counts.values())
+    if not total:
+        return []
+    # sort.Reverse over (count, PodResource.Less): most frequent first, then the larger shape.
+    ranked = sorted(counts, key=lambda shape: (counts[shape], shape), reverse=True)
+    chosen: list[PodShape] = []
+    covered = 0
+    while covered < popularity * total and len(chosen) < len(ranked):
+        for shape in ranked[len(chosen) : len(chosen) + step]:
+            chosen.append(shape)
+            covered += counts[shape]
+    return [
+        (replace(shape, memory=int(statistics.median(memories[shape]))), counts[shape] / covered)
+        for shape in chosen
+    ]
+
+
+# The packing key's scale: a node keeping this many GPU thousandths free (eight whole GPUs,
+# the most a trace node has) or more gets key 0.
+_KEY_SPAN = 8 * MILLI
+KEY_RANGE = 1000
+
+
+def first_fit(node: NodeFree, pod: PodShape) -> int | None:
+    """The GPU the DRA allocator gives a share of one GPU: the first with enough free."""
+    if pod.gpus != 1 or not 0 < pod.gpu_milli < MILLI:
+        return None
+    return next((i for i, left in enumerate(node.gpu_milli) if left >= pod.gpu_milli), None)
+
+
+def packing_key(node: NodeFree) -> int:
+    """0 to 999, higher the fewer GPU thousandths the node keeps free: breaks FGD's ties
+    towards the fuller node instead of leaving them to chance."""
+    kept = min(node.gpu_milli_left, _KEY_SPAN)
+    return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
+
+
+def extender_score(
+    node: NodeFree, pod: PodShape, typical: TypicalPods, measure: Fragmentation | None = None
+) -> int:
+    """FGD's score for the GPU the allocator will pick, x 1000, plus the packing key of
+    the node once the Pod is placed."""
+    gpu = first_fit(node, pod)
+    after = take(node, pod, gpu)
+    return fgd_score(node, pod, typical, gpu, measure) * KEY_RANGE + packing_key(after or node)

@@ -1,0 +1,345 @@
+"""The extender's FGD score: the port checked against the artefact's own test cases and
+against cases worked by hand from the formulas; the cluster view read from manifests as
+the API server stores them; the HTTP verb as kube-scheduler calls it."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import urllib.error
+import urllib.request
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from castslice.extender.cluster_view import MODEL_LABEL, ClusterView
+from castslice.extender.fragmentation import (
+    NO_ACCESS,
+    Q2_LACK_GPU,
+    Q3_SATISFIED,
+    Q4_LACK_CPU,
+    XL_SATISFIED,
+    XR_LACK_CPU,
+    NodeFree,
+    PodShape,
+    extender_score,
+    fgd_score,
+    first_fit,
+    fragmentation,
+    packing_key,
+    quadrant,
+    typical_pods,
+)
+from castslice.extender.server import Extender, handler_for
+from tests.e2e import dra
+
+GIB = 1 << 30
+
+
+def _artefact(rows: list[tuple[int, int, int, str, float]]) -> list[tuple[PodShape, float]]:
+    return [
+        (PodShape(cpu, milli, gpus, (model,) if model else ()), percent / 100)
+        for cpu, milli, gpus, model, percent in rows
+    ]
+
+
+# hkust-adsl/kubernetes-scheduler-simulator@8f3d6417353c5083c6d56617f255fadd8dc306bc,
+# pkg/utils/frag_test.go, TestingGenerateGetTypicalPods: (MilliCpu, MilliGpu, GpuNumber,
+# GpuType, Percentage in %), copied in its order.
+ARTEFACT_TYPICAL = _artefact([
+    (6000, 465, 1, "", 9.33), (8000, 440, 1, "2080", 9.15), (8000, 475, 1, "T4", 8.76),
+    (8000, 440, 1, "P100", 8.72), (2000, 465, 1, "", 8.68), (12000, 900, 1, "", 8.65),
+    (4000, 900, 1, "", 8.43), (16000, 678, 1, "T4", 8.36), (8000, 500, 1, "", 8.29),
+    (6000, 511, 1, "", 8.11), (14000, 1000, 2, "2080", 0.54), (4000, 1000, 1, "2080", 0.43),
+    (32000, 1000, 2, "T4", 0.43), (16000, 1000, 1, "V100M16", 0.40),
+    (64000, 1000, 2, "", 0.40), (10000, 1000, 2, "", 0.40), (11400, 1000, 1, "T4", 0.36),
+    (16000, 1000, 1, "T4", 0.36), (4000, 1000, 2, "", 0.36), (14000, 1000, 2, "V100M16", 0.36),
+    (8000, 1000, 4, "", 0.36), (16000, 1000, 2, "", 0.32), (2000, 1000, 1, "T4", 0.32),
+    (6000, 1000, 1, "", 0.32), (4000, 1000, 1, "", 0.32), (5000, 1000, 1, "", 0.32),
+    (32000, 1000, 4, "V100M16", 0.32), (32000, 1000, 2, "", 0.32), (24000, 1000, 8, "2080", 0.32),
+    (40000, 1000, 4, "", 0.29), (32000, 1000, 8, "", 0.29), (32000, 1000, 1, "T4", 0.29),
+    (16000, 1000, 1, "", 0.25), (7000, 1000, 1, "V100M16", 0.25), (24000, 1000, 1, "T4", 0.25),
+])  # fmt: skip
+# The same file, TestingGenerateGetTypicalPodsWithNonGpu.
+ARTEFACT_TYPICAL_WITH_CPU = _artefact([
+    (15700, 1000, 1, "", 28.69), (11900, 1000, 1, "", 18.93), (11400, 1000, 1, "", 12.27),
+    (1000, 0, 0, "", 7.36), (18710, 1000, 1, "", 4.85), (8200, 1000, 1, "", 3.79),
+    (16400, 1000, 1, "", 3.31), (9810, 1000, 1, "", 1.97), (15200, 1000, 1, "", 1.87),
+    (11200, 1000, 1, "", 1.81), (14200, 1000, 1, "", 1.76), (12000, 0, 0, "", 1.65),
+    (14900, 1000, 1, "", 1.39), (60200, 1000, 4, "", 1.23), (64200, 1000, 8, "", 1.07),
+    (32200, 1000, 4, "", 1.01), (17400, 1000, 2, "", 0.91), (30200, 1000, 2, "", 0.69),
+    (16000, 1000, 1, "", 0.64), (15000, 1000, 1, "", 0.59), (64000, 1000, 8, "", 0.53),
+    (15000, 0, 0, "", 0.53), (11910, 1000, 1, "", 0.53), (120200, 1000, 8, "", 0.48),
+    (11300, 1000, 1, "", 0.37), (30000, 1000, 2, "", 0.32), (9800, 1000, 1, "", 0.32),
+    (8000, 1000, 1, "", 0.32), (2000, 1000, 1, "", 0.27), (2000, 80, 1, "", 0.27),
+    (1000, 1000, 1, "", 0.27),
+])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cpu", "gpus", "model", "typical", "expected"),
+    [
+        # TestNodeGpuShareFragAmount
+        (1000, (200, 1000, 1000, 500), "1080", ARTEFACT_TYPICAL, 2566.62),
+        (1000, (1000,) * 4, "1080", ARTEFACT_TYPICAL, 3802.40),
+        (1000, (1000,) * 8, "1080", ARTEFACT_TYPICAL, 7604.80),
+        (1000, (200, 1000, 1000, 500), "1080", ARTEFACT_TYPICAL[:1], 251.91),
+        # TestNodeGpuShareFragAmountWithNonGpu
+        (64000, (1000,) * 8, "P100", ARTEFACT_TYPICAL_WITH_CPU, 887.20),
+        (32000, (1000,) * 4 + (0,) * 4, "P100", ARTEFACT_TYPICAL_WITH_CPU, 554.4),
+        (0, (1000,) * 4 + (0,) * 4, "P100", ARTEFACT_TYPICAL_WITH_CPU, 4000),
+    ],
+)
+def test_fragmentation_is_the_artefact_s_on_its_own_test_cases(
+    cpu: int, gpus: tuple[int, ...], model: str, typical: list, expected: float
+) -> None:
+    assert fragmentation(NodeFree(cpu, gpus, model), typical) == pytest.approx(expected, abs=0.01)
+
+
+def test_each_quadrant_as_the_paper_draws_it() -> None:
+    node = NodeFree(4000, (300, 1000), "T4", memory=8 * GIB)
+    assert quadrant(node, PodShape(2000, 500, 1)) == Q3_SATISFIED
+    assert quadrant(node, PodShape(8000, 500, 1)) == Q4_LACK_CPU
+    assert quadrant(node, PodShape(2000, 1000, 2)) == Q2_LACK_GPU
+    assert quadrant(node, PodShape(2000, 500, 1, ("V100",))) == NO_ACCESS
+    assert quadrant(node, PodShape(2000)) == XL_SATISFIED
+    assert quadrant(node, PodShape(8000)) == XR_LACK_CPU
+    # Memory-aware: a Pod whose memory does not fit lacks the host as a CPU shortage does.
+    assert quadrant(node, PodShape(2000, 500, 1, memory=16 * GIB)) == Q4_LACK_CPU
+
+
+# Worked by hand. Typical Pods: half want half a GPU, half a whole GPU, little CPU.
+HALF_AND_WHOLE = [(PodShape(1000, 500, 1), 0.5), (PodShape(1000, 1000, 1), 0.5)]
+
+
+def test_fragmentation_by_hand() -> None:
+    # Two free GPUs: every typical Pod fits, no GPU has less than either one's share: 0.
+    assert fragmentation(NodeFree(8000, (1000, 1000)), HALF_AND_WHOLE) == 0
+    # Half of one used: the whole-GPU Pods cannot use its 500 free: 0.5 x 500.
+    assert fragmentation(NodeFree(8000, (500, 1000)), HALF_AND_WHOLE) == 250
+    # Both half used: the whole-GPU Pods fit nowhere, all 1000 free is theirs to miss.
+    assert fragmentation(NodeFree(8000, (500, 500)), HALF_AND_WHOLE) == 500
+    # No CPU left: nothing fits, every free thousandth counts for each Pod.
+    assert fragmentation(NodeFree(0, (500, 1000)), HALF_AND_WHOLE) == 1500
+
+
+def test_the_score_is_the_sigmoid_of_the_fragmentation_removed() -> None:
+    half = PodShape(1000, 500, 1)
+    # On a fresh node the half-GPU Pod adds 250: int(100 / (1 + e^0.25)) = 43.
+    assert fgd_score(NodeFree(8000, (1000, 1000)), half, HALF_AND_WHOLE) == 43
+    assert int(100 / (1 + math.exp(0.25))) == 43
+    # Beside another half, it removes 250: int(100 / (1 + e^-0.25)) = 56.
+    assert fgd_score(NodeFree(8000, (500, 1000)), half, HALF_AND_WHOLE) == 56
+    # The artefact tries every GPU and keeps the best; the allocator's first fit takes
+    # GPU 0 and leaves two half-free GPUs (+250).
+    uneven = NodeFree(8000, (1000, 500))
+    assert fgd_score(uneven, half, HALF_AND_WHOLE) == 56
+    assert first_fit(uneven, half) == 0
+    assert fgd_score(uneven, half, HALF_AND_WHOLE, gpu=0) == 43
+    # The extender scores the GPU the allocator will give, not the artefact's best one.
+    assert extender_score(uneven, half, HALF_AND_WHOLE) // 1000 == 43
+    # A Pod asking for nothing scores the most everywhere.
+    assert fgd_score(uneven, PodShape(0), HALF_AND_WHOLE) == 100
+
+
+def test_whole_gpus_come_from_fully_free_gpus_in_order() -> None:
+    whole = PodShape(1000, 1000, 1)
+    # Taking GPU 1 leaves the half-free GPU 0: fragmentation 0.5 x 500 stays 250 -> 50.
+    assert fgd_score(NodeFree(8000, (500, 1000, 1000)), whole, HALF_AND_WHOLE) == 50
+    assert fgd_score(NodeFree(8000, (500, 500)), whole, HALF_AND_WHOLE) == 0
+
+
+def test_memory_counts_where_a_typical_pod_needs_it() -> None:
+    big = [(PodShape(1000, 1000, 1, memory=16 * GIB), 1.0)]
+    assert fragmentation(NodeFree(8000, (1000,), memory=32 * GIB), big) == 0
+    assert fragmentation(NodeFree(8000, (1000,), memory=8 * GIB), big) == 1000
+
+
+def test_typical_pods_cover_the_popular_shapes_with_their_frequencies() -> None:
+    a, b, c = PodShape(1000, 500, 1), PodShape(2000, 1000, 1), PodShape(500)
+    seen = [a] * 6 + [b] * 3 + [c]
+    assert typical_pods(seen, popularity=0.8) == [(a, 6 / 9), (b, 3 / 9)]
+    assert typical_pods(seen, popularity=0.95) == [(a, 0.6), (b, 0.3), (c, 0.1)]
+    # Shapes differing only in memory are one shape, carrying their median memory.
+    memories = [PodShape(1000, 500, 1, memory=m * GIB) for m in (1, 2, 9)]
+    assert typical_pods(memories) == [(PodShape(1000, 500, 1, memory=2 * GIB), 1.0)]
+    assert typical_pods([]) == []
+
+
+def test_the_packing_key_breaks_fgd_s_ties_towards_the_fuller_node() -> None:
+    assert packing_key(NodeFree(0, (0,) * 8)) == 999
+    assert packing_key(NodeFree(0, (1000,) * 8)) == 0
+    cpu_pod = PodShape(1000)
+    # A CPU-only Pod changes no GPU: FGD is level; the node with less GPU free wins.
+    fuller = extender_score(NodeFree(8000, (500, 0)), cpu_pod, HALF_AND_WHOLE)
+    emptier = extender_score(NodeFree(8000, (500, 1000)), cpu_pod, HALF_AND_WHOLE)
+    assert fuller // 1000 == emptier // 1000
+    assert fuller > emptier
+
+
+# ---- the cluster view, from objects as the API server stores them
+
+S = 100
+CAPACITY = "shares"
+
+
+def _node(name: str, cpu: str = "16", memory: str = "64Gi", model: str = "T4") -> dict:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+    return {
+        "metadata": {"name": name, "labels": {MODEL_LABEL: model}},
+        "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+def _slice(node: str, gpus: int) -> dict:
+    manifest = dra.resource_slice(node, f"uid-{node}", gpus)
+    manifest["metadata"]["name"] = f"{node}-slice"
+    for device in manifest["spec"]["devices"]:
+        device["capacity"]["shares"]["value"] = str(S)
+    return manifest
+
+
+def _claim(name: str, shares: int, devices: int = 1, on: tuple[str, str] | None = None) -> dict:
+    claim: dict = {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": devices,
+                            "capacity": {"requests": {CAPACITY: str(shares)}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    if on is not None:
+        node, device = on
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": dra.DRIVER,
+                            "pool": node,
+                            "device": device,
+                            "consumedCapacity": {CAPACITY: str(shares)},
+                        }
+                    ]
+                }
+            }
+        }
+    return claim
+
+
+def _pod(name: str, claim: str | None, node: str = "", cpu: str = "1") -> dict:
+    spec: dict = {
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]
+    }
+    status: dict = {"phase": "Running" if node else "Pending"}
+    if node:
+        spec["nodeName"] = node
+    if claim is not None:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "castslice-50"}]
+        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return {"metadata": {"name": name, "namespace": "ml", "uid": name}, "spec": spec,
+            "status": status}  # fmt: skip
+
+
+def _view() -> ClusterView:
+    """Two nodes of two GPUs; on `half`, a Pod holds half of its first GPU."""
+    view = ClusterView(CAPACITY, S)
+    view.replace("nodes", [_node("empty"), _node("half")])
+    view.replace("resourceslices", [_slice("empty", 2), _slice("half", 2)])
+    first = _slice("half", 2)["spec"]["devices"][0]["name"]
+    view.replace("resourceclaims", [_claim("held", 50, on=("half", first)), _claim("new", 50)])
+    view.replace("pods", [_pod("holder", "held", node="half"), _pod("newcomer", "new")])
+    return view
+
+
+def test_the_view_reads_each_gpu_s_free_share_and_each_node_s_cpu() -> None:
+    view = _view()
+    assert view.free("empty") == NodeFree(16000, (1000, 1000), "T4", 64 * GIB)
+    assert view.free("half") == NodeFree(15000, (500, 1000), "T4", 63 * GIB)
+    # Both Pods seen, both half a GPU and a CPU: one typical shape.
+    assert view.typical() == [(PodShape(1000, 500, 1, (), GIB), 1.0)]
+
+
+def test_the_view_scores_the_node_that_keeps_a_whole_gpu_free_highest() -> None:
+    view = _view()
+    scores = dict(view.scores(_pod("newcomer", "new"), ["empty", "half", "gone"]))
+    assert scores["half"] > scores["empty"] > scores["gone"] == 0
+    # A Pod whose claim is not seen yet gets no opinion: every node alike.
+    assert {score for _, score in view.scores(_pod("x", "unknown"), ["empty", "half"])} == {0}
+
+
+def test_a_deleted_claim_frees_its_share() -> None:
+    view = _view()
+    view.apply("resourceclaims", "DELETED", _claim("held", 50))
+    assert view.free("half").gpu_milli == (1000, 1000)
+
+
+# ---- the HTTP verb
+
+
+@pytest.fixture
+def served() -> tuple[str, Extender]:
+    extender = Extender(_view(), ready=lambda: True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(extender))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", extender
+    server.shutdown()
+    server.server_close()
+
+
+def _post(url: str, body: bytes) -> tuple[int, object]:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_prioritize_answers_a_host_priority_list_for_the_node_names(served) -> None:
+    url, extender = served
+    args = {"Pod": _pod("newcomer", "new"), "NodeNames": ["empty", "half"]}
+    status, answer = _post(f"{url}/prioritize", json.dumps(args).encode())
+    assert status == 200
+    assert [item["Host"] for item in answer] == ["empty", "half"]
+    scores = {item["Host"]: item["Score"] for item in answer}
+    assert scores["half"] > scores["empty"]
+    assert extender.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{not json", "not an ExtenderArgs body"),
+        (b'{"NodeNames": ["a"]}', "no Pod"),
+        (b'{"Pod": {}, "Nodes": {"items": []}}', "nodeCacheCapable: true"),
+    ],
+)
+def test_a_bad_request_is_an_error_the_scheduler_ignores_and_the_server_keeps_serving(
+    served, body: bytes, says: str
+) -> None:
+    url, _ = served
+    status, answer = _post(f"{url}/prioritize", body)
+    assert status == 400
+    assert says in answer["error"]
+    good = json.dumps({"Pod": _pod("newcomer", "new"), "NodeNames": ["half"]}).encode()
+    assert _post(f"{url}/prioritize", good)[0] == 200
+
+
+def test_an_unsynced_view_answers_unavailable() -> None:
+    extender = Extender(_view(), ready=lambda: False)
+    status, _ = extender.prioritize(b"{}")
+    assert status == 503
