@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from castslice.backends import BACKENDS, backend_class
+from castslice.backends import SETTING_CHOICES, backend_class
 from castslice.settings.config import (
     DEFAULT_PRESETS,
     MEBIBYTE,
@@ -66,6 +66,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
         dra_device_class=read("CASTSLICE_DRA_DEVICE_CLASS"),
         dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
         dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
+        mig_gpu_models=read("CASTSLICE_MIG_GPU_MODELS"),
+        mig_profiles=read("CASTSLICE_MIG_PROFILES"),
+        mig_stack=read("CASTSLICE_MIG_STACK"),
+        mig_fit=read("CASTSLICE_MIG_FIT"),
+        mig_whole_gpu=read("CASTSLICE_MIG_WHOLE_GPU"),
     )
 
 
@@ -152,13 +157,32 @@ def _presets(read: _Reader, entry: Setting, value: str) -> dict[str, int]:
     return presets
 
 
-def _choice(read: _Reader, entry: Setting, value: str) -> str:
-    # The backends' names are the backend table's, which the settings cannot import.
-    choices = tuple(BACKENDS) if entry.variable == BACKEND else entry.choices
+def _choices_of(entry: Setting) -> tuple[str, ...]:
+    # What the backends name (their own names, MIG profiles) the settings cannot import.
+    choices = SETTING_CHOICES.get(entry.variable, entry.choices)
     assert choices is not None, entry.variable
+    return choices
+
+
+def _choice(read: _Reader, entry: Setting, value: str) -> str:
+    choices = _choices_of(entry)
     if value.strip() not in choices:
         raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices)}")
     return value.strip()
+
+
+def _some_choices(read: _Reader, entry: Setting, value: str) -> tuple[str, ...]:
+    choices = _choices_of(entry)
+    chosen: list[str] = []
+    for item in (item.strip() for item in value.split(",")):
+        if item not in choices:
+            raise ConfigError(
+                f"{entry.variable}: {item!r} is not one of: {', '.join(choices)} (comma-separated)"
+            )
+        if item in chosen:
+            raise ConfigError(f"{entry.variable}: {item} is listed twice")
+        chosen.append(item)
+    return tuple(chosen)
 
 
 def _counts(read: _Reader, entry: Setting, value: str) -> tuple[int, ...]:
@@ -277,6 +301,7 @@ def _not_in_the_environment(read: _Reader, entry: Setting, value: str) -> None:
 
 _PARSERS: dict[Kind, Callable[[_Reader, Setting, str], Any]] = {
     Kind.CHOICE: _choice,
+    Kind.CHOICES: _some_choices,
     Kind.COUNT: _count,
     Kind.COUNTS: _counts,
     Kind.RESOURCE: _extended_resource,

@@ -17,8 +17,9 @@ from castslice.contract.kube import PodSpec
 from castslice.contract.patch import (
     GpuContainer,
     PatchOperation,
-    absent_labels_operations,
+    label_in_expressions,
     node_selector_operations,
+    required_expressions_operations,
     required_node_terms,
     resource_operations,
 )
@@ -44,6 +45,13 @@ class Placement(NamedTuple):
     absent_node_labels: tuple[str, ...] = ()
     # The ResourceClaimTemplate each GPU container claims from, for backends that claim devices.
     claim_template: str | None = None
+    # Node labels whose value must be one of several (a required node affinity, `In`).
+    labels_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What the Pod really gets where that is more than the share `gpus` says (a MIG
+    # instance: its compute and memory), for the decision record and messages.
+    instance: str | None = None
+    # What the backend warns of with this placement (what the Pod does not get as asked).
+    caveats: tuple[str, ...] = ()
 
 
 class LeftAlone(NamedTuple):
@@ -185,7 +193,10 @@ class Backend:
             )
         ]
         operations += node_selector_operations(spec, placement.node_selector)
-        operations += absent_labels_operations(spec, placement.absent_node_labels)
+        expressions = label_in_expressions(placement.labels_in) + [
+            {"key": key, "operator": "DoesNotExist"} for key in placement.absent_node_labels
+        ]
+        operations += required_expressions_operations(spec, expressions)
         return operations
 
     def notes(self, placement: Placement) -> tuple[str, ...]:
@@ -195,6 +206,8 @@ class Backend:
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
         """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
         if any(labels.get(key) != value for key, value in placement.node_selector.items()):
+            return False
+        if any(labels.get(key) not in values for key, values in placement.labels_in):
             return False
         return not any(key in labels for key in placement.absent_node_labels)
 

@@ -13,10 +13,17 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from castslice.backends import BACKENDS
+from castslice.backends import BACKENDS, SETTING_CHOICES
 from castslice.environment import load_config
 from castslice.settings import table
-from castslice.settings.config import SHARING_STRATEGIES, Config, ConfigError
+from castslice.settings.config import (
+    MIG_FITS,
+    MIG_STACKS,
+    MIG_WHOLE_GPU,
+    SHARING_STRATEGIES,
+    Config,
+    ConfigError,
+)
 
 
 class Setting(NamedTuple):
@@ -56,6 +63,19 @@ SETTINGS = (
     Setting(
         "CASTSLICE_DRA_GPU_MEMORY", "QUANTITY",
         "one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
+    ),
+    Setting(
+        "CASTSLICE_MIG_GPU_MODELS", "MODEL,...",
+        "the MIG nodes' GPU models: " + ", ".join(SETTING_CHOICES["CASTSLICE_MIG_GPU_MODELS"]),
+    ),
+    Setting("CASTSLICE_MIG_PROFILES", "PROFILE,...", "the MIG profiles the nodes offer"),
+    Setting("CASTSLICE_MIG_STACK", "NAME", "how nodes offer MIG instances", MIG_STACKS),
+    Setting(
+        "CASTSLICE_MIG_FIT", "RULE",
+        "when a MIG instance holds a share: memory, or memory and compute (strict)", MIG_FITS,
+    ),
+    Setting(
+        "CASTSLICE_MIG_WHOLE_GPU", "WHERE", "where one-GPU Pods go: gpu or 7g", MIG_WHOLE_GPU
     ),
 )  # fmt: skip
 

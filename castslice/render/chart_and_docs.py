@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from castslice.backends import BACKENDS, backend_class
+from castslice.backends import BACKENDS, SETTING_CHOICES, backend_class
 from castslice.environment import MEMORY_UNITS
 from castslice.settings.names import (
     CAPACITY_NAME,
@@ -100,6 +100,14 @@ def property_schema(entry: Setting) -> dict[str, Any]:
     kind = entry.kind
     if kind is Kind.CHOICE:
         schema: dict[str, Any] = {"enum": list(_choices(entry))}
+    elif kind is Kind.CHOICES:
+        # An empty list is an empty variable, and a name twice a refusal, as for COUNTS.
+        schema = {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"enum": list(_choices(entry))},
+        }
     elif kind is Kind.COUNT:
         schema = {"type": "integer", "minimum": entry.minimum, "maximum": most}
         if entry.reserved is not None:
@@ -154,11 +162,10 @@ def property_schema(entry: Setting) -> dict[str, Any]:
 
 
 def _choices(entry: Setting) -> tuple[str, ...]:
-    # The backends' names are the backend table's, which the settings layer cannot import.
-    if entry.variable == BACKEND:
-        return tuple(BACKENDS)
-    assert entry.choices is not None, entry.variable
-    return entry.choices
+    # What the backends name (their own names, MIG profiles) the settings cannot import.
+    choices = SETTING_CHOICES.get(entry.variable, entry.choices)
+    assert choices is not None, entry.variable
+    return choices
 
 
 def updated_schema(text: str) -> str:
@@ -369,6 +376,9 @@ def _encoded(entry: Setting) -> list[str]:
             '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}'
         )
         return ["{{- $items := list }}", each, '{{- $value = join "," $items }}']
+    if entry.kind is Kind.CHOICES:
+        joined = '{{ $value = join "," . }}{{ end }}'
+        return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{joined}"]
     assign = "{{ $value = toString . }}{{ end }}"
     return ['{{- $value = "" }}', f"{{{{- with {ref} }}}}{assign}"]
 

@@ -60,6 +60,13 @@ CASTSLICE_DRA_CAPACITY: {{ .Values.draCapacity | quote }}
 {{- with .Values.draGpuMemory }}
 CASTSLICE_DRA_GPU_MEMORY: {{ . | quote }}
 {{- end }}
+CASTSLICE_MIG_GPU_MODELS: {{ join "," .Values.mig.gpuModels | quote }}
+{{- with .Values.mig.profiles }}
+CASTSLICE_MIG_PROFILES: {{ join "," . | quote }}
+{{- end }}
+CASTSLICE_MIG_STACK: {{ .Values.mig.stack | quote }}
+CASTSLICE_MIG_FIT: {{ .Values.mig.fit | quote }}
+CASTSLICE_MIG_WHOLE_GPU: {{ .Values.mig.wholeGpu | quote }}
 CASTSLICE_METRICS: {{ .Values.metrics.enabled | quote }}
 {{- if .Values.metrics.enabled }}
 CASTSLICE_METRICS_PORT: {{ .Values.metrics.port | int | toString | quote }}

@@ -9,7 +9,7 @@ the value's name as the application would refuse its variable. */}}
 {{- if and $.Values.sharedResource (gt (len (first (splitList "/" (toString $.Values.sharedResource)))) 253) }}
 {{- fail (printf "sharedResource: the domain of %q is longer than 253 characters (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
 {{- end }}
-{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
+{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared") "mig" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
 {{- if eq ($.Values.sharedResource | default $default) $.Values.gpuResource }}
 {{- if $.Values.sharedResource }}
 {{- fail (printf "sharedResource: %q is also gpuResource; the shared resource must differ from the one it replaces (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
@@ -76,6 +76,21 @@ the value's name as the application would refuse its variable. */}}
 {{- $value = "" }}
 {{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.gpuModels }}{{ $value = join "," . }}{{ end }}
+{{- if and $value (ne $value "A100-80GB") }}{{ $flags = append $flags (printf "--mig-gpu-models %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.profiles }}{{ $value = join "," . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--mig-profiles %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.stack }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "mixed") }}{{ $flags = append $flags (printf "--mig-stack %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.fit }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "memory") }}{{ $flags = append $flags (printf "--mig-fit %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "gpu") }}{{ $flags = append $flags (printf "--mig-whole-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- join " " $flags }}
 {{- end -}}
 

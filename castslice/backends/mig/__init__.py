@@ -1,0 +1,244 @@
+"""NVIDIA MIG: a share of a GPU becomes the smallest MIG instance that holds it.
+
+A MIG instance is hardware-isolated (its own memory, cache and compute slices), so one
+Pod's memory hog or fault never reaches its neighbours; the price is that instances come
+in NVIDIA's fixed sizes (profiles.py), so a Pod gets the instance that holds its share,
+whose real compute and memory the decision record and the warnings state.
+
+How a Pod asks for an instance depends on the cluster's stack (CASTSLICE_MIG_STACK):
+
+- `mixed`: the NVIDIA device plugin's mixed strategy advertises `nvidia.com/mig-<profile>`
+  per profile (and no `nvidia.com/gpu` for a MIG-enabled GPU);
+- `single`: every MIG device is one `nvidia.com/gpu`, and GPU Feature Discovery labels the
+  node `nvidia.com/gpu.product=<product>-MIG-<profile>`;
+- `gke`: GKE's GPU partitions are `nvidia.com/gpu` on nodes labelled
+  `cloud.google.com/gke-gpu-partition-size=<profile>`;
+- `dra`: the NVIDIA DRA driver publishes each MIG device with its `profile` attribute
+  (devices.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from castslice.backends.base import Backend, Placement, whole_gpus
+from castslice.backends.mig import choice
+from castslice.backends.mig.choice import Instance
+from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
+
+# NVIDIA GPU Feature Discovery v0.20.0 (internal/lm/resource.go, mig-strategy.go).
+PRODUCT = "nvidia.com/gpu.product"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Labelled on a single-strategy MIG node's `nvidia.com/gpu` alone (the MIG device's
+# attributes), never on a whole GPU's: whole-GPU Pods keep off nodes that carry it.
+SINGLE_MIG_ATTRIBUTE = "nvidia.com/gpu.slices.gi"
+# The GPU Operator's mig-manager: the layout asked for, and how applying it went.
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
+# GKE's node labels.
+PARTITION = "cloud.google.com/gke-gpu-partition-size"
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+
+# The choices of settings that name the profile table's entries.
+SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
+    "CASTSLICE_MIG_GPU_MODELS": tuple(MODELS),
+    "CASTSLICE_MIG_PROFILES": PROFILE_NAMES,
+}
+
+
+class MigBackend(Backend):
+    name = "mig"
+    placement_keys = (PRODUCT, PARTITION)
+    policy_mode_refusal = (
+        "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
+        "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
+    )
+    whole_gpu_nodes_fix = (
+        "keep GPU nodes with MIG disabled (nvidia.com/mig.config=all-disabled; on GKE a "
+        "node pool without gpu-partition-size), or set CASTSLICE_MIG_WHOLE_GPU=7g"
+    )
+
+    def place(self, slices: int) -> Placement:
+        config = self.config
+        models = choice.models(config)
+        if slices >= config.slices_per_gpu:
+            gpus = whole_gpus(config, slices)
+            if config.mig_whole_gpu == "7g" and gpus == 1:
+                full = [
+                    Instance(m, m.full()) for m in models if m.full() in choice.offered(config, m)
+                ]
+                if full:
+                    return self._instances(full, Fraction(1), ())
+            return self._whole(gpus)
+        share = Fraction(slices, config.slices_per_gpu)
+        caveats = []
+        chosen = []
+        for model in models:
+            profile = choice.choose(config, model, share)
+            missing = choice.left_out(config, model, share)
+            if missing is not None:
+                caveats.append(
+                    f"{model.name}'s {missing.name} would hold {fraction_text(share)} but "
+                    "CASTSLICE_MIG_PROFILES leaves it out"
+                )
+            if profile is not None:
+                chosen.append(Instance(model, profile))
+        if not chosen:
+            caveats.append(
+                f"no MIG instance the settings offer holds {fraction_text(share)} of a GPU "
+                f"({self._rule()}); the Pod gets a whole GPU"
+            )
+            whole = self._whole(1)
+            return whole._replace(caveats=tuple(f"mig: {c}" for c in caveats))
+        return self._instances(chosen, share, tuple(caveats))
+
+    def _rule(self) -> str:
+        return "memory-first" if self.config.mig_fit == "memory" else "memory and compute"
+
+    def _instances(
+        self, chosen: list[Instance], share: Fraction, caveats: tuple[str, ...]
+    ) -> Placement:
+        stack = self.config.mig_stack
+        models = choice.models(self.config)
+        gpu = self.config.gpu_resource
+        if stack == "single":
+            products = tuple(
+                f"{product}-MIG-{i.profile.name}" for i in chosen for product in i.model.products
+            )
+            used = chosen
+            placement = Placement(gpu, 1, {}, share, labels_in=((PRODUCT, products),))
+        else:
+            # One resource or one partition label: the first model's instance, on the
+            # models where that name gives the same shares.
+            first = chosen[0]
+            used = [i for i in chosen if choice.same_meaning(i, first)]
+            labels_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
+            if stack == "gke":
+                if choice.ambiguous(first, models):
+                    accelerators = tuple(
+                        i.model.gke_accelerator for i in used if i.model.gke_accelerator
+                    )
+                    labels_in = ((GKE_ACCELERATOR, accelerators),)
+                placement = Placement(
+                    gpu, 1, {PARTITION: first.profile.name}, share, labels_in=labels_in
+                )
+            else:
+                if choice.ambiguous(first, models):
+                    labels_in = ((PRODUCT, tuple(p for i in used for p in i.model.products)),)
+                resource = MIG_RESOURCE_PREFIX + first.profile.name
+                placement = Placement(resource, 1, {}, share, labels_in=labels_in)
+            dropped = [i for i in chosen if i not in used]
+            caveats += tuple(
+                f"the {stack} stack names one instance per Pod, so {i.model.name} nodes "
+                f"(where {fraction_text(share)} takes {i.profile.name}) are not used"
+                for i in dropped
+            )
+        instance = "; ".join(_model_text(i, len(used) > 1 and not _all_same(used)) for i in used)
+        gets = min(i.model.memory(i.profile) for i in used)
+        return placement._replace(
+            gpus=gets if share < 1 else Fraction(1),
+            instance=instance,
+            caveats=tuple(f"mig: {c}" for c in caveats),
+        )
+
+    def _whole(self, gpus: int) -> Placement:
+        gpu = self.config.gpu_resource
+        stack = self.config.mig_stack
+        # A MIG instance must never be taken for a whole GPU: under the single strategy a
+        # MIG node advertises its instances as the GPU resource, on GKE a partition node.
+        absent = {"single": (SINGLE_MIG_ATTRIBUTE,), "gke": (GKE_SHARING, PARTITION)}
+        return Placement(gpu, gpus, {}, Fraction(gpus), absent.get(stack, ()))
+
+    def notes(self, placement: Placement) -> tuple[str, ...]:
+        notes = list(placement.caveats)
+        if placement.instance:
+            notes.insert(0, f"mig: the Pod gets a MIG instance, {placement.instance}")
+        return tuple(notes)
+
+    def setup_hint(self) -> str:
+        config = self.config
+        emitted = sorted({p.name for m in choice.models(config) for p in choice.offered(config, m)})
+        layouts = ", ".join(f"all-{name}" for name in emitted)
+        if config.mig_stack == "gke":
+            return (
+                "create GKE node pools with --accelerator=type=TYPE,count=N,"
+                "gpu-partition-size=PROFILE for the profiles Pods ask for, or set "
+                "CASTSLICE_MIG_PROFILES to the partition sizes your pools have"
+            )
+        strategy = (
+            "the NVIDIA DRA driver's MIG devices"
+            if config.mig_stack == "dra"
+            else f"the device plugin with mig.strategy={config.mig_stack}"
+        )
+        return (
+            f"label the MIG nodes nvidia.com/mig.config=all-balanced (or one of {layouts}) "
+            f"for the GPU Operator's mig-manager, with {strategy}; or set "
+            "CASTSLICE_MIG_PROFILES and CASTSLICE_MIG_GPU_MODELS to what the nodes offer"
+        )
+
+    def node_problems(self, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+        problems = []
+        for node in nodes:
+            metadata = node.get("metadata") or {}
+            labels = metadata.get("labels") or {}
+            state = labels.get(MIG_CONFIG_STATE)
+            if state in ("pending", "failed"):
+                problems.append(
+                    f"node {metadata.get('name')}: {MIG_CONFIG_STATE}={state} "
+                    f"({MIG_CONFIG}={labels.get(MIG_CONFIG, '(none)')}): its MIG layout is "
+                    "not applied; see the nvidia-mig-manager Pod's log on it"
+                )
+            if str(labels.get(PRODUCT, "")).endswith("-MIG-INVALID"):
+                problems.append(
+                    f"node {metadata.get('name')}: {PRODUCT}={labels[PRODUCT]}: the single "
+                    "strategy needs one profile on every GPU of a node"
+                )
+        return problems
+
+    def describe(self) -> str:
+        config = self.config
+        return (
+            f"backend {self.name}, stack {config.mig_stack}, GPU models "
+            f"{', '.join(config.mig_gpu_models)}, instances holding a share by "
+            f"{self._rule()}"
+        )
+
+    def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
+        """One instance is 1/per_gpu of a GPU, per_gpu as NVIDIA's table gives it."""
+        name = None
+        if resource.startswith(MIG_RESOURCE_PREFIX):
+            name = resource.removeprefix(MIG_RESOURCE_PREFIX)
+        elif resource == self.config.gpu_resource:
+            product = str(labels.get(PRODUCT, ""))
+            name = labels.get(PARTITION) or (
+                product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
+            )
+            if name is None:
+                return 1
+        if name is None:
+            return None
+        for model in self._models_of(labels):
+            profile = model.profile(name)
+            if profile is not None:
+                return profile.per_gpu
+        return None
+
+    def _models_of(self, labels: Mapping[str, str]) -> list[Any]:
+        product = str(labels.get(PRODUCT, "")).split("-MIG-", 1)[0]
+        mine = [m for m in MODELS.values() if product in m.products]
+        return mine or list(choice.models(self.config))
+
+    def quota_resource(self) -> str | None:
+        # The resource differs per profile (mixed) or stays the GPU's (single, gke).
+        return None
+
+
+def _all_same(used: list[Instance]) -> bool:
+    return all(choice.same_meaning(i, used[0]) and i.model.name == used[0].model.name for i in used)
+
+
+def _model_text(instance: Instance, with_model: bool) -> str:
+    return f"{instance.model.name} {instance.text()}" if with_model else instance.text()
