@@ -272,7 +272,9 @@ EXPECTED_PLACEMENT: dict[str, tuple[dict[int, Placement], Placement]] = {
             )
             for degree in (2, 4, 8)
         },
-        Placement("nvidia.com/gpu", 1, {}, Fraction(1), (_GKE_STRATEGY,)),
+        Placement(
+            "nvidia.com/gpu", 1, {}, Fraction(1), (_GKE_STRATEGY, "cloud.google.com/gke-gpu-partition-size")
+        ),
     ),
 }
 
