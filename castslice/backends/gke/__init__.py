@@ -56,9 +56,7 @@ class GkeBackend(SharingPoolBackend):
         # Sharing nodes advertise nvidia.com/gpu too (one per client), and MIG partition
         # nodes one per partition; without this a whole-GPU Pod could land on either and
         # get a fraction.
-        return Placement(
-            self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY, PARTITION)
-        )
+        return Placement(self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY, PARTITION))
 
     def setup_hint(self) -> str:
         degrees = ",".join(str(degree) for degree in self.config.sharing_degrees)
