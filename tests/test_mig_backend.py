@@ -204,7 +204,8 @@ def test_a_share_no_offered_profile_holds_gets_a_whole_gpu_and_is_told(
     client = make_client(**mig(CASTSLICE_MIG_PROFILES="1g.10gb"))
     pod = pod_of(4)
     response = review_response(client, make_review(pod))
-    assert apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
+    limits = apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {GPU: "1"}
     assert any("no MIG instance the settings offer holds 1/2" in w for w in response["warnings"])
 
 
