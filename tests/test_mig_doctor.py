@@ -45,9 +45,7 @@ def test_a_profile_nobody_offers_is_named_with_the_layout_that_gives_it() -> Non
     config = mig(CASTSLICE_MIG_GPU_MODELS="A100-80GB,H100-80GB", CASTSLICE_MIG_FIT="strict")
     result = capacity.assess(config, MIXED, [])
     assert result.status is Status.FAILED
-    assert "no Ready node offers nvidia.com/mig-4g.40gb (for Pods of 4 slices)" in (
-        result.message
-    )
+    assert "no Ready node offers nvidia.com/mig-4g.40gb (for Pods of 4 slices)" in (result.message)
     assert "nvidia.com/mig.config=all-balanced" in result.fix
     assert "all-4g.40gb" in result.fix
 
