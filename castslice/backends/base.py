@@ -17,6 +17,7 @@ from castslice.contract.kube import PodSpec
 from castslice.contract.patch import (
     GpuContainer,
     PatchOperation,
+    escape_pointer_token,
     label_in_expressions,
     node_selector_operations,
     required_expressions_operations,
@@ -359,3 +360,66 @@ class SharingPoolBackend(Backend):
             if offered <= per_gpu
         }
         return {degree: self.shared(degree) for degree in degrees if degree is not None}
+
+
+# Pod-level claim names, one per GPU container in the Pod's order.
+CLAIM_PREFIX = "castslice-gpu-"
+_INIT_PATH = "/spec/initContainers/"
+_APP_PATH = "/spec/containers/"
+
+
+def claim_names(spec: PodSpec, containers: Sequence[GpuContainer]) -> list[str]:
+    """The claim each GPU container uses, numbered in the Pod's order of the claims' owners.
+
+    Claims are held for the Pod's whole life, so one per container would make a plain
+    init container cost a GPU share beyond the app's. A plain init container runs to
+    completion before any app container starts, so it uses the first app container's
+    claim (or, with none, the first plain init container's): the Pod then holds
+    max(init, sum(app)), as with a device plugin, and as the scheduler's own claims for
+    extended resources reuse requests (KEP-5004). A sidecar (`restartPolicy: Always`)
+    runs beside the others and keeps a claim of its own.
+    """
+    plain_init = {
+        c.path for c in containers if c.path.startswith(_INIT_PATH) and not _is_sidecar(spec, c)
+    }
+    host = next((c.path for c in containers if c.path.startswith(_APP_PATH)), None)
+    if host is None:
+        host = next((c.path for c in containers if c.path in plain_init), None)
+    owners = [c.path for c in containers if c.path not in plain_init or c.path == host]
+    numbers = {path: f"{CLAIM_PREFIX}{n}" for n, path in enumerate(owners)}
+    return [numbers[c.path] if c.path in numbers else numbers[host or ""] for c in containers]
+
+
+def _is_sidecar(spec: PodSpec, container: GpuContainer) -> bool:
+    index = int(container.path.rsplit("/", 1)[1])
+    return ((spec.get("initContainers") or [])[index] or {}).get("restartPolicy") == "Always"
+
+
+def claim_operations(
+    spec: PodSpec, containers: Sequence[GpuContainer], gpu: str, template: str
+) -> list[PatchOperation]:
+    """Each GPU container loses the GPU resource and claims from `template` (claim_names)."""
+    gpu_token = escape_pointer_token(gpu)
+    operations: list[PatchOperation] = []
+    names = claim_names(spec, containers)
+    claims = [
+        {"name": f"{CLAIM_PREFIX}{n}", "resourceClaimTemplateName": template}
+        for n in range(len(set(names)))
+    ]
+    for container, claim in zip(containers, names, strict=True):
+        resources = container.resources
+        for field in ("requests", "limits"):
+            if gpu in (resources.get(field) or {}):
+                path = f"{container.path}/resources/{field}/{gpu_token}"
+                operations.append({"op": "remove", "path": path})
+        # `add` sets the member whether or not an empty list is there.
+        operations.append(
+            {"op": "add", "path": f"{container.path}/resources/claims", "value": [{"name": claim}]}
+        )
+    if spec.get("resourceClaims") is None:
+        operations.append({"op": "add", "path": "/spec/resourceClaims", "value": claims})
+    else:
+        operations += [
+            {"op": "add", "path": "/spec/resourceClaims/-", "value": claim} for claim in claims
+        ]
+    return operations
