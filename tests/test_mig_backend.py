@@ -12,6 +12,7 @@ import copy
 import json
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -258,3 +259,81 @@ def test_a_name_two_models_give_different_shares_is_kept_to_its_model(
 def test_bad_mig_settings_are_refused_by_name(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         load_config(mig(**env))
+
+
+UPSTREAM = Path(__file__).parent / "upstream"
+
+
+def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_STACK="dra"))
+    pod = pod_of(4)
+    response = review_response(client, make_review(pod))
+    want = copy.deepcopy(pod)
+    want["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1"},
+        "limits": {},
+        "claims": [{"name": "castslice-gpu-0"}],
+    }
+    want["spec"]["resourceClaims"] = [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-mig-4-of-8"}
+    ]
+    instance = "3g.40gb: 3/7 of the compute, 1/2 of the memory"
+    want["metadata"]["annotations"][APPLIED] = json.dumps(
+        record(4, instance), separators=(",", ":")
+    )
+    assert apply_response(pod, response) == want
+    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    assert templates is not None
+    (template,) = templates.manifests([None], [4])
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "mig.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [
+            {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+        ],
+    }
+
+
+def test_the_dra_names_are_the_nvidia_drivers() -> None:
+    # The DeviceClass the claims name, and the attributes their CEL reads, as the NVIDIA DRA
+    # driver v25.12.0 ships and publishes them.
+    device_class = (UPSTREAM / "k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml").read_text()
+    assert "  name: mig.nvidia.com\n" in device_class
+    assert "device.attributes['gpu.nvidia.com'].type == 'mig'" in device_class
+    info = (UPSTREAM / "k8s-dra-driver-gpu-v25.12.0-deviceinfo.go.txt").read_text()
+    mig_device = info.split("func (d *MigDeviceInfo) GetDevice() resourceapi.Device {")[1]
+    for attribute in ('"profile": {', '"productName": {', '"type": {'):
+        assert attribute in mig_device.split("Capacity:")[0]
+    assert "StringValue: &d.parent.productName" in mig_device
+
+
+def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
+    config = load_config(
+        mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS="A100-40GB,H100-80GB")
+    )
+    templates = backend_for(config).claim_templates()
+    assert templates is not None
+    (template,) = templates.manifests(["ml"], [2])
+    assert template["metadata"] == {
+        "name": "castslice-mig-2-of-8",
+        "namespace": "ml",
+        "labels": {"app.kubernetes.io/part-of": "castslice"},
+    }
+    (selector,) = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    attributes = "device.attributes['gpu.nvidia.com']"
+    assert selector["cel"]["expression"] == (
+        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in "
+        "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']) || "
+        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in "
+        "['NVIDIA H100 80GB HBM3'])"
+    )
+    whole = templates.manifests([None], [8])[0]["spec"]["spec"]["devices"]["requests"][0]
+    assert whole["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from castslice.backends.mig.profiles import MODELS, GpuModel, Profile, describe
+from castslice.backends.mig.profiles import MODELS, GpuModel, Profile, describe, gfd_product
 
 UPSTREAM = Path(__file__).parent / "upstream"
 MIG_PARTED = yaml.safe_load((UPSTREAM / "mig-parted-v0.15.0-config-default.yaml").read_text())
@@ -151,11 +151,19 @@ def test_every_profile_nvidia_defines_is_in_the_table(model: GpuModel) -> None:
 
 
 @pytest.mark.parametrize("model", MODELS.values(), ids=list(MODELS))
-def test_the_product_labels_are_gfds_of_nvmls_names(model: GpuModel) -> None:
+def test_the_names_are_nvmls_and_the_product_labels_gfds(model: GpuModel) -> None:
     # go-nvml's A100-SXM4-40GB mock is named "Mock NVIDIA A100-SXM4-40GB"; NVML says "NVIDIA".
-    names = {sanitise(name.removeprefix("Mock ")) for name in nvml_names(MOCKS[model.name][0])}
-    assert set(model.products) <= names
-    assert model.products
+    names = {name.removeprefix("Mock ") for name in nvml_names(MOCKS[model.name][0])}
+    assert model.nvml_names
+    assert set(model.nvml_names) <= names
+    assert model.products == tuple(sanitise(name) for name in model.nvml_names)
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA A100-SXM4-80GB", "NVIDIA  H100 80GB HBM3", "Tesla T4 (rev 1)", "GH200/144G"]
+)
+def test_the_product_label_is_gfds_sanitise(name: str) -> None:
+    assert gfd_product(name) == sanitise(name)
 
 
 def test_the_real_fractions_are_said() -> None:

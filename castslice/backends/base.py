@@ -143,6 +143,40 @@ def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
 
 
+def template_slices(config: Config, slices: int) -> int:
+    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
+
+    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
+    """
+    per_gpu = config.slices_per_gpu
+    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
+
+
+def configured_counts(config: Config) -> set[int]:
+    """The counts the presets, the enrolment policy's rules and the default give."""
+    counts = {config.default_slices, *config.presets.values()}
+    if config.policy is not None:
+        counts |= {rule.rule_slices for rule in config.policy.rules if rule.rule_slices}
+    return {template_slices(config, count) for count in counts}
+
+
+def enrolled_namespaces(config: Config) -> tuple[str, ...]:
+    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
+
+    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
+    """
+    if config.policy is None:
+        return ()
+    names = (
+        pattern.text
+        for rule in config.policy.rules
+        if rule.optimize
+        for pattern in rule.namespaces or ()
+        if pattern.regex is None
+    )
+    return tuple(dict.fromkeys(names))
+
+
 class Backend:
     """What every backend answers; the defaults are those most backends share (the GPU
     resource swapped in each container, the placement's node labels required and

@@ -12,7 +12,13 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from castslice.backends.base import TemplateCounts, whole_gpus
+from castslice.backends.base import (
+    TemplateCounts,
+    configured_counts,
+    enrolled_namespaces,
+    template_slices,
+    whole_gpus,
+)
 from castslice.settings.config import MEBIBYTE, Config, memory_quantity
 
 Manifest = dict[str, Any]
@@ -50,15 +56,6 @@ class ClaimShape(NamedTuple):
     devices: int
     shares: int
     memory: int | None
-
-
-def template_slices(config: Config, slices: int) -> int:
-    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
-
-    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
-    """
-    per_gpu = config.slices_per_gpu
-    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
 
 
 def template_name(config: Config, slices: int) -> str:
@@ -113,14 +110,6 @@ def reachable_counts(config: Config) -> list[int]:
     return [*shares, *whole]
 
 
-def configured_counts(config: Config) -> set[int]:
-    """The counts the presets, the enrolment policy's rules and the default give."""
-    counts = {config.default_slices, *config.presets.values()}
-    if config.policy is not None:
-        counts |= {rule.rule_slices for rule in config.policy.rules if rule.rule_slices}
-    return {template_slices(config, count) for count in counts}
-
-
 def default_counts(config: Config) -> TemplateCounts:
     """Every reachable count when that is at most MAX_TEMPLATES; otherwise the configured counts
     plus every share of one GPU (when those fit), with a note naming what is left out."""
@@ -141,23 +130,6 @@ def default_counts(config: Config) -> TemplateCounts:
         f"{counts[-1]} so that slice-ratio cannot ask for more"
     )
     return TemplateCounts(counts, note)
-
-
-def enrolled_namespaces(config: Config) -> tuple[str, ...]:
-    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
-
-    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
-    """
-    if config.policy is None:
-        return ()
-    names = (
-        pattern.text
-        for rule in config.policy.rules
-        if rule.optimize
-        for pattern in rule.namespaces or ()
-        if pattern.regex is None
-    )
-    return tuple(dict.fromkeys(names))
 
 
 def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:

@@ -23,10 +23,21 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends.base import Backend, Placement, whole_gpus
-from castslice.backends.mig import choice
+from castslice.backends.base import (
+    Backend,
+    ClaimTemplates,
+    LeftAlone,
+    Manifest,
+    Placement,
+    claim_operations,
+    whole_gpus,
+)
+from castslice.backends.mig import choice, devices
 from castslice.backends.mig.choice import Instance
 from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
+from castslice.contract.definitions import CONTAINER_LISTS
+from castslice.contract.kube import PodSpec
+from castslice.contract.patch import GpuContainer, PatchOperation
 
 # NVIDIA GPU Feature Discovery v0.20.0 (internal/lm/resource.go, mig-strategy.go).
 PRODUCT = "nvidia.com/gpu.product"
@@ -62,17 +73,23 @@ class MigBackend(Backend):
     )
 
     def place(self, slices: int) -> Placement:
+        placement = self._place(slices)
+        if self.config.mig_stack == "dra":
+            template = devices.template_name(self.config, slices)
+            return placement._replace(claim_template=template)
+        return placement
+
+    def _choice(self, slices: int) -> tuple[list[Instance], int, tuple[str, ...]]:
+        """The instances (one per model that has one) a Pod of `slices` gets, or none and the
+        whole GPUs it gets; with what the Pod is warned of."""
         config = self.config
         models = choice.models(config)
         if slices >= config.slices_per_gpu:
             gpus = whole_gpus(config, slices)
-            if config.mig_whole_gpu == "7g" and gpus == 1:
-                full = [
-                    Instance(m, m.full()) for m in models if m.full() in choice.offered(config, m)
-                ]
-                if full:
-                    return self._instances(full, Fraction(1), ())
-            return self._whole(gpus)
+            if config.mig_whole_gpu != "7g" or gpus != 1:
+                return [], gpus, ()
+            offered = [m for m in models if m.full() in choice.offered(config, m)]
+            return [Instance(m, m.full()) for m in offered], 1, ()
         share = Fraction(slices, config.slices_per_gpu)
         caveats = []
         chosen = []
@@ -91,9 +108,15 @@ class MigBackend(Backend):
                 f"no MIG instance the settings offer holds {fraction_text(share)} of a GPU "
                 f"({self._rule()}); the Pod gets a whole GPU"
             )
-            whole = self._whole(1)
+        return chosen, 1, tuple(caveats)
+
+    def _place(self, slices: int) -> Placement:
+        chosen, gpus, caveats = self._choice(slices)
+        if not chosen:
+            whole = self._whole(gpus)
             return whole._replace(caveats=tuple(f"mig: {c}" for c in caveats))
-        return self._instances(chosen, share, tuple(caveats))
+        share = min(Fraction(slices, self.config.slices_per_gpu), Fraction(1))
+        return self._instances(chosen, share, caveats)
 
     def _rule(self) -> str:
         return "memory-first" if self.config.mig_fit == "memory" else "memory and compute"
@@ -104,7 +127,11 @@ class MigBackend(Backend):
         stack = self.config.mig_stack
         models = choice.models(self.config)
         gpu = self.config.gpu_resource
-        if stack == "single":
+        if stack == "dra":
+            # A claim's CEL names each model's instance, as single's product labels do.
+            used = chosen
+            placement = Placement(gpu, 1, {}, share)
+        elif stack == "single":
             products = tuple(
                 f"{product}-MIG-{i.profile.name}" for i in chosen for product in i.model.products
             )
@@ -151,6 +178,39 @@ class MigBackend(Backend):
         # MIG node advertises its instances as the GPU resource, on GKE a partition node.
         absent = {"single": (SINGLE_MIG_ATTRIBUTE,), "gke": (GKE_SHARING, PARTITION)}
         return Placement(gpu, gpus, {}, Fraction(gpus), absent.get(stack, ()))
+
+    def pod_operations(
+        self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
+    ) -> list[PatchOperation]:
+        if placement.claim_template is None:
+            return super().pod_operations(spec, containers, placement)
+        gpu = self.config.gpu_resource
+        return claim_operations(spec, containers, gpu, placement.claim_template)
+
+    def left_alone(self, spec: PodSpec) -> LeftAlone | None:
+        if self.config.mig_stack != "dra":
+            return super().left_alone(spec)
+        if spec.get("resourceClaims") or any(
+            ((container or {}).get("resources") or {}).get("claims")
+            for list_name in CONTAINER_LISTS
+            for container in spec.get(list_name) or ()
+        ):
+            return LeftAlone("uses its own claims", "the Pod has its own resource claims")
+        if spec.get("nodeName"):
+            return LeftAlone("placed by hand", "spec.nodeName set by hand")
+        return None
+
+    def claim_templates(self) -> ClaimTemplates | None:
+        if self.config.mig_stack != "dra":
+            return None
+        return devices.MigClaimTemplates(self.config, self._claim_request)
+
+    def _claim_request(self, slices: int) -> Manifest:
+        """What the template for `slices` asks for: the chosen MIG instances, or whole GPUs."""
+        chosen, gpus, _ = self._choice(slices)
+        if not chosen:
+            return devices.request(None, gpus, False)
+        return devices.request(chosen, 1, _needs_product(chosen, choice.models(self.config)))
 
     def notes(self, placement: Placement) -> tuple[str, ...]:
         notes = list(placement.caveats)
@@ -234,6 +294,11 @@ class MigBackend(Backend):
     def quota_resource(self) -> str | None:
         # The resource differs per profile (mixed) or stays the GPU's (single, gke).
         return None
+
+
+def _needs_product(chosen: list[Instance], models: tuple[Any, ...]) -> bool:
+    """Whether a profile name alone may select another model's instance of other shares."""
+    return any(choice.ambiguous(instance, models) for instance in chosen)
 
 
 def _all_same(used: list[Instance]) -> bool:

@@ -22,6 +22,7 @@ slices are eighths of the GPU's memory (quarters on A30), which the name does no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import NamedTuple
@@ -43,10 +44,15 @@ class GpuModel(NamedTuple):
     compute_total: int
     memory_total: int
     profiles: tuple[Profile, ...]
-    # `nvidia.com/gpu.product` as GPU Feature Discovery labels a node of this model.
-    products: tuple[str, ...]
+    # The names NVML gives GPUs of this model (the NVIDIA DRA driver's `productName`).
+    nvml_names: tuple[str, ...]
     # `cloud.google.com/gke-accelerator` of GKE's node pools of this model, if GKE has it.
     gke_accelerator: str | None
+
+    @property
+    def products(self) -> tuple[str, ...]:
+        """`nvidia.com/gpu.product` as GPU Feature Discovery labels a node of this model."""
+        return tuple(gfd_product(name) for name in self.nvml_names)
 
     def compute(self, profile: Profile) -> Fraction:
         return Fraction(profile.compute_slices, self.compute_total)
@@ -91,7 +97,7 @@ MODELS: Mapping[str, GpuModel] = {
                 ("4g.20gb", 4, 4, 20, 1),
                 ("7g.40gb", 7, 8, 40, 1),
             ),
-            ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"),
+            ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
             "nvidia-tesla-a100",
         ),
         GpuModel(
@@ -99,10 +105,10 @@ MODELS: Mapping[str, GpuModel] = {
             7,
             8,
             _80GB,
-            ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-PCIE-80GB"),
+            ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-80GB"),
             "nvidia-a100-80gb",
         ),
-        GpuModel("H100-80GB", 7, 8, _80GB, ("NVIDIA-H100-80GB-HBM3",), "nvidia-h100-80gb"),
+        GpuModel("H100-80GB", 7, 8, _80GB, ("NVIDIA H100 80GB HBM3",), "nvidia-h100-80gb"),
         GpuModel(
             "H200",
             7,
@@ -115,7 +121,7 @@ MODELS: Mapping[str, GpuModel] = {
                 ("4g.71gb", 4, 4, 71, 1),
                 ("7g.141gb", 7, 8, 141, 1),
             ),
-            ("NVIDIA-H200-141GB-HBM3e",),
+            ("NVIDIA H200 141GB HBM3e",),
             "nvidia-h200-141gb",
         ),
         GpuModel(
@@ -130,7 +136,7 @@ MODELS: Mapping[str, GpuModel] = {
                 ("4g.90gb", 4, 4, 90, 1),
                 ("7g.180gb", 7, 8, 180, 1),
             ),
-            ("NVIDIA-B200-180GB-HBM3e",),
+            ("NVIDIA B200 180GB HBM3e",),
             "nvidia-b200",
         ),
         GpuModel(
@@ -142,7 +148,7 @@ MODELS: Mapping[str, GpuModel] = {
                 ("2g.12gb", 2, 2, 12, 2),
                 ("4g.24gb", 4, 4, 24, 1),
             ),
-            ("NVIDIA-A30-PCIE-24GB",),
+            ("NVIDIA A30-PCIE-24GB",),
             None,
         ),
     )
@@ -154,6 +160,12 @@ PROFILE_NAMES: tuple[str, ...] = tuple(
         key=lambda name: (int(name.split("g.")[0]), int(name.split(".")[1].removesuffix("gb"))),
     )
 )
+
+
+def gfd_product(nvml_name: str) -> str:
+    """GPU Feature Discovery's `sanitise` (k8s-device-plugin v0.20.0, internal/lm/resource.go):
+    characters outside `A-Za-z0-9-_. ` dropped, runs of spaces turned into one `-`."""
+    return "-".join(re.sub(r"[^A-Za-z0-9\-_. ]", "", nvml_name).split())
 
 
 def fraction_text(share: Fraction) -> str:
