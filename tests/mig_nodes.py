@@ -116,3 +116,75 @@ def node(name: str, labels: dict[str, str], allocatable: dict[str, str]) -> dict
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+# `nvidia-smi mig -lgip`'s GPU instance profile ids on an 80 GB A100 or H100, which the
+# NVIDIA DRA driver puts in a MIG device's name.
+_PROFILE_IDS = {"1g.10gb": 19, "1g.20gb": 15, "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5,
+                "7g.80gb": 0}  # fmt: skip
+
+
+def mig_devices(model: str, config: str, minor: int = 0) -> list[dict[str, Any]]:
+    """The MIG devices of one GPU as the NVIDIA DRA driver v25.12.0 publishes them
+    (cmd/gpu-kubelet-plugin/deviceinfo.go, MigDeviceInfo.GetDevice; the name from mig.go,
+    ToCanonicalName: gpu-<minor>-mig-<profile without dots>-<profile id>-<placement>)."""
+    table = MODELS[model]
+    nvml_name = table.nvml_names[0]
+    parent = f"GPU-{minor:08d}-0000-0000-0000-{model.encode().hex()[:12]}"
+    devices = []
+    start = 0
+    for name, count in layout(model, config).items():
+        profile = table.profile(name)
+        assert profile is not None
+        for _ in range(count):
+            capacity = {
+                "multiprocessors": {"value": str(14 * profile.compute_slices)},
+                "copyEngines": {"value": str(profile.compute_slices)},
+                "decoders": {"value": "1"},
+                "encoders": {"value": "0"},
+                "jpegEngines": {"value": "0"},
+                "ofaEngines": {"value": "0"},
+                "memory": {"value": f"{_MIG_MEMORY[model][name]}Mi"},
+            }
+            for memory_slice in range(start, start + profile.memory_slices):
+                capacity[f"memorySlice{memory_slice}"] = {"value": "1"}
+            devices.append(
+                {
+                    "name": f"gpu-{minor}-mig-{name.replace('.', '')}-{_PROFILE_IDS[name]}-{start}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {
+                            "string": f"MIG-{minor:04d}{start:04d}-0000-0000-0000-000000000000"
+                        },
+                        "parentUUID": {"string": parent},
+                        "profile": {"string": name},
+                        "productName": {"string": nvml_name},
+                        "brand": {"string": "Nvidia"},
+                        "architecture": {"string": "Ampere" if "A100" in model else "Hopper"},
+                        "cudaComputeCapability": {
+                            "version": "8.0.0" if "A100" in model else "9.0.0"
+                        },
+                        "driverVersion": {"version": "580.95.5"},
+                        "cudaDriverVersion": {"version": "13.0.0"},
+                        "resource.kubernetes.io/pciBusID": {"string": f"0000:{minor + 7:02x}:00.0"},
+                    },
+                    "capacity": capacity,
+                }
+            )
+            start += profile.memory_slices
+    return devices
+
+
+def resource_slice(node_name: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ResourceSlice per node, in a pool named after it (the driver's layout)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }

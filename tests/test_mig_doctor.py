@@ -124,3 +124,28 @@ def test_the_pending_check_reads_each_stacks_scheduler_message() -> None:
     result = pending.assess(mig(CASTSLICE_MIG_STACK="single"), [single])
     assert result.status is Status.FAILED
     assert "no node with the labels it selects" in result.message
+
+
+def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices() -> None:
+    from castslice.backends import backend_for
+    from castslice.backends.mig import devices_check
+    from tests.mig_nodes import mig_devices, resource_slice
+
+    config = mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS="A100-80GB,H100-80GB")
+    backend = backend_for(config)
+    (check,) = backend.node_checks() or ()
+    assert check.name == "mig devices"
+    needed = backend.needed_instances()  # type: ignore[attr-defined]
+    deviceclass = {"metadata": {"name": "mig.nvidia.com"}}
+    balanced = resource_slice("a100", mig_devices("A100-80GB", "all-balanced"))
+    quarters = resource_slice("h100", mig_devices("H100-80GB", "all-1g.20gb"))
+    full = resource_slice("h100-full", mig_devices("H100-80GB", "all-7g.80gb"))
+    result = devices_check.assess(needed, deviceclass, [balanced, quarters, full], "fix")
+    assert result.status is Status.OK, result.message
+    result = devices_check.assess(needed, deviceclass, [balanced, full], "fix")
+    assert result.status is Status.FAILED
+    assert result.message == (
+        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb is published (for Pods of 2 slices)"
+    )
+    missing_class = devices_check.assess(needed, None, [balanced], "fix")
+    assert "no DeviceClass mig.nvidia.com" in missing_class.message

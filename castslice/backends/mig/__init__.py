@@ -28,11 +28,12 @@ from castslice.backends.base import (
     ClaimTemplates,
     LeftAlone,
     Manifest,
+    NodeCheck,
     Placement,
     claim_operations,
     whole_gpus,
 )
-from castslice.backends.mig import choice, devices
+from castslice.backends.mig import choice, devices, devices_check
 from castslice.backends.mig.choice import Instance
 from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
 from castslice.contract.definitions import CONTAINER_LISTS
@@ -211,6 +212,22 @@ class MigBackend(Backend):
         if not chosen:
             return devices.request(None, gpus, False)
         return devices.request(chosen, 1, _needs_product(chosen, choice.models(self.config)))
+
+    def node_checks(self) -> Sequence[NodeCheck] | None:
+        # Device-plugin stacks: the common checks of node resources and labels suffice.
+        if self.config.mig_stack != "dra":
+            return None
+        run = devices_check.check(self.needed_instances, self.setup_hint())
+        return (NodeCheck(devices_check.CHECK, devices_check.RIGHTS, run),)
+
+    def needed_instances(self) -> list[tuple[list[Instance], list[int]]]:
+        """The instances Pods of each slice count get, with the counts that get them."""
+        found: dict[tuple[Instance, ...], list[int]] = {}
+        for slices in range(1, self.config.slices_per_gpu + 1):
+            chosen, _, _ = self._choice(slices)
+            if chosen:
+                found.setdefault(tuple(chosen), []).append(slices)
+        return [(list(instances), counts) for instances, counts in found.items()]
 
     def notes(self, placement: Placement) -> tuple[str, ...]:
         notes = list(placement.caveats)
