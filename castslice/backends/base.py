@@ -382,6 +382,20 @@ class SharingPoolBackend(Backend):
     def shared(self, degree: int) -> Placement:
         raise NotImplementedError
 
+    def isolation(self) -> str:
+        """What one client of a shared GPU is kept to, for a report's first line."""
+        degrees = "/".join(str(degree) for degree in self.config.sharing_degrees)
+        if self.config.sharing_strategy == "mps":
+            # The NVIDIA device plugin's MPS control daemon sets each client's pinned
+            # memory limit and active thread percentage to 1/M (k8s-device-plugin v0.20.0,
+            # README "With CUDA MPS", cmd/mps-control-daemon/mps/daemon.go).
+            return (
+                f"MPS: each client may use at most 1/M of a GPU's memory and compute (M = "
+                f"{degrees} clients per GPU), enforced in software; clients share one fault "
+                "domain"
+            )
+        return "time-slicing: clients share a GPU's memory and faults, with no limit"
+
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
 

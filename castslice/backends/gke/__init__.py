@@ -68,7 +68,7 @@ class GkeBackend(SharingPoolBackend):
         )
 
     def describe(self) -> str:
-        return f"backend {self.name}"
+        return f"backend {self.name} ({self.isolation()})"
 
     def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
         # A sharing node advertises one nvidia.com/gpu per client of each physical GPU.
