@@ -26,16 +26,20 @@ from typing import Any
 from castslice.backends.base import (
     Backend,
     ClaimTemplates,
+    GpuView,
     LeftAlone,
     Manifest,
     NodeCheck,
+    NodeGpuView,
     Placement,
     claim_operations,
     whole_gpus,
 )
 from castslice.backends.mig import choice, devices, devices_check
 from castslice.backends.mig.choice import Instance
+from castslice.backends.mig.gpu_view import MigGpuView
 from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
+from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation
@@ -285,6 +289,15 @@ class MigBackend(Backend):
 
     def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
         """One instance is 1/per_gpu of a GPU, per_gpu as NVIDIA's table gives it."""
+        instance = self._instance_of(resource, labels)
+        if instance is not None:
+            return instance.profile.per_gpu
+        if resource == self.config.gpu_resource:
+            return 1
+        return None
+
+    def _instance_of(self, resource: str, labels: Mapping[str, str]) -> Instance | None:
+        """The MIG instance a unit of `resource` is on a node with `labels`, if it is one."""
         name = None
         if resource.startswith(MIG_RESOURCE_PREFIX):
             name = resource.removeprefix(MIG_RESOURCE_PREFIX)
@@ -293,15 +306,18 @@ class MigBackend(Backend):
             name = labels.get(PARTITION) or (
                 product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
             )
-            if name is None:
-                return 1
         if name is None:
             return None
         for model in self._models_of(labels):
             profile = model.profile(name)
             if profile is not None:
-                return profile.per_gpu
+                return Instance(model, profile)
         return None
+
+    def gpu_view(self, cluster: Cluster, nodes: Sequence[Manifest]) -> GpuView:
+        if self.config.mig_stack == "dra":
+            return super().gpu_view(cluster, nodes)
+        return MigGpuView(NodeGpuView(self, nodes), nodes, self._instance_of)
 
     def _models_of(self, labels: Mapping[str, str]) -> list[Any]:
         product = str(labels.get(PRODUCT, "")).split("-MIG-", 1)[0]
