@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
+from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.findings import Result
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import (
@@ -471,3 +472,37 @@ def claim_operations(
             {"op": "add", "path": "/spec/resourceClaims/-", "value": claim} for claim in claims
         ]
     return operations
+
+
+def claims_left_alone(spec: PodSpec) -> LeftAlone | None:
+    """Why a Pod is left alone by a backend that adds claims: it has its own, or it is bound by
+    hand (claims are allocated by the scheduler; such a Pod never gets its devices)."""
+    if spec.get("resourceClaims") or any(
+        ((container or {}).get("resources") or {}).get("claims")
+        for list_name in CONTAINER_LISTS
+        for container in spec.get(list_name) or ()
+    ):
+        return LeftAlone("uses its own claims", "the Pod has its own resource claims")
+    if spec.get("nodeName"):
+        return LeftAlone("placed by hand", "spec.nodeName set by hand")
+    return None
+
+
+# Every template carries it: doctor and `kubectl get -l` find them by it.
+PART_OF = ("app.kubernetes.io/part-of", "castslice")
+
+
+def resource_claim_template(
+    name: str, spec: Mapping[str, Any], namespace: str | None = None
+) -> Manifest:
+    """A ResourceClaimTemplate CastSlice ships (None: no namespace, `kubectl apply -n` sets it)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": spec,
+    }

@@ -23,6 +23,7 @@ from castslice.backends.base import (
     NodeCheck,
     Placement,
     claim_operations,
+    claims_left_alone,
 )
 from castslice.backends.dra import devices_check, templates_check
 from castslice.backends.dra.claim_templates import (
@@ -33,7 +34,6 @@ from castslice.backends.dra.claim_templates import (
 )
 from castslice.backends.dra.gpu_view import read_device_view
 from castslice.contract.cluster import Cluster
-from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation
 
@@ -61,16 +61,7 @@ class DraBackend(Backend):
         )
 
     def left_alone(self, spec: PodSpec) -> LeftAlone | None:
-        if spec.get("resourceClaims") or any(
-            ((container or {}).get("resources") or {}).get("claims")
-            for list_name in CONTAINER_LISTS
-            for container in spec.get(list_name) or ()
-        ):
-            return LeftAlone("uses its own claims", "the Pod has its own resource claims")
-        if spec.get("nodeName"):
-            # Claims are allocated by the scheduler; a Pod bound by hand never gets its devices.
-            return LeftAlone("placed by hand", "spec.nodeName set by hand")
-        return None
+        return claims_left_alone(spec)
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement

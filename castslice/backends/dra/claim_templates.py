@@ -13,9 +13,11 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from castslice.backends.base import (
+    PART_OF,
     TemplateCounts,
     configured_counts,
     enrolled_namespaces,
+    resource_claim_template,
     template_slices,
     whole_gpus,
 )
@@ -96,8 +98,6 @@ def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
     return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
 
-# Every template carries it: doctor and `kubectl get -l` find them by it.
-PART_OF = ("app.kubernetes.io/part-of", "castslice")
 # Beyond this many templates per namespace, only the counts the settings name are rendered.
 MAX_TEMPLATES = 64
 
@@ -159,16 +159,8 @@ def device_taint_rule(driver: str = NVIDIA_DRIVER) -> Manifest:
 
 
 def claim_template(config: Config, slices: int, namespace: str | None = None) -> Manifest:
-    metadata: dict[str, Any] = {"name": template_name(config, slices)}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": metadata,
-        "spec": claim_template_spec(config, slices),
-    }
+    name = template_name(config, slices)
+    return resource_claim_template(name, claim_template_spec(config, slices), namespace)
 
 
 def claim_templates(

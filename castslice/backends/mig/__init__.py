@@ -33,6 +33,7 @@ from castslice.backends.base import (
     NodeGpuView,
     Placement,
     claim_operations,
+    claims_left_alone,
     whole_gpus,
 )
 from castslice.backends.mig import choice, devices, devices_check
@@ -40,7 +41,6 @@ from castslice.backends.mig.choice import Instance
 from castslice.backends.mig.gpu_view import MigGpuView
 from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
 from castslice.contract.cluster import Cluster
-from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation
 
@@ -195,15 +195,7 @@ class MigBackend(Backend):
     def left_alone(self, spec: PodSpec) -> LeftAlone | None:
         if self.config.mig_stack != "dra":
             return super().left_alone(spec)
-        if spec.get("resourceClaims") or any(
-            ((container or {}).get("resources") or {}).get("claims")
-            for list_name in CONTAINER_LISTS
-            for container in spec.get(list_name) or ()
-        ):
-            return LeftAlone("uses its own claims", "the Pod has its own resource claims")
-        if spec.get("nodeName"):
-            return LeftAlone("placed by hand", "spec.nodeName set by hand")
-        return None
+        return claims_left_alone(spec)
 
     def claim_templates(self) -> ClaimTemplates | None:
         if self.config.mig_stack != "dra":

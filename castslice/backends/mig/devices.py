@@ -19,6 +19,7 @@ from castslice.backends.base import (
     TemplateCounts,
     configured_counts,
     enrolled_namespaces,
+    resource_claim_template,
     template_slices,
 )
 from castslice.backends.mig.choice import Instance
@@ -32,7 +33,6 @@ GPU_CLASS = "gpu.nvidia.com"
 DRIVER = "gpu.nvidia.com"
 _ATTRIBUTES = f"device.attributes['{DRIVER}']"
 TEMPLATE_PREFIX = "castslice-mig-"
-PART_OF = ("app.kubernetes.io/part-of", "castslice")
 
 
 def template_name(config: Config, slices: int) -> str:
@@ -64,19 +64,6 @@ def request(instances: Sequence[Instance] | None, gpus: int, with_product: bool)
     }
 
 
-def claim_template(name: str, exactly: Manifest, namespace: str | None) -> Manifest:
-    metadata: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": metadata,
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-    }
-
-
 class MigClaimTemplates:
     """`castslice claim-templates` for the `dra` stack: one template per slice count a Pod
     can get from the presets, the default, the policy and every share of one GPU."""
@@ -101,10 +88,23 @@ class MigClaimTemplates:
 
     def manifests(self, namespaces: Sequence[str | None], counts: Sequence[int]) -> list[Manifest]:
         return [
-            claim_template(template_name(self.config, count), self.request(count), namespace)
+            resource_claim_template(
+                template_name(self.config, count),
+                {
+                    "spec": {
+                        "devices": {"requests": [{"name": "gpu", "exactly": self.request(count)}]}
+                    }
+                },
+                namespace,
+            )
             for namespace in namespaces
             for count in counts
         ]
+
+    def spec(self, slices: int) -> Manifest:
+        """The template's `spec`: one request, the backend's choice for `slices`."""
+        request = {"name": "gpu", "exactly": self.request(slices)}
+        return {"spec": {"devices": {"requests": [request]}}}
 
     def enrolled_namespaces(self) -> tuple[str, ...]:
         return enrolled_namespaces(self.config)
