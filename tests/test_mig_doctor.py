@@ -149,3 +149,8 @@ def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices
     )
     missing_class = devices_check.assess(needed, None, [balanced], "fix")
     assert "no DeviceClass mig.nvidia.com" in missing_class.message
+
+
+def test_only_pods_of_a_whole_gpu_need_a_gpu_without_mig() -> None:
+    result = gpu_nodes.assess(mig(CASTSLICE_PRESETS="dev=1,training=8"), MIXED)
+    assert "for Pods of 8 slices or more (preset training)" in result.message

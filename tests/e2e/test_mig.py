@@ -189,11 +189,13 @@ def test_single_pods_run_on_nodes_labelled_with_their_instance(
 
 
 def test_doctor_names_a_profile_no_node_offers_before_any_pod_waits(
-    api: kubernetes.client.ApiClient, namespace: str, control_plane: Any
+    api: kubernetes.client.ApiClient, namespace: str, control_plane: Any, start: Any
 ) -> None:
+    start(MIXED)
     shapes = [
         ("mixed", "A100-80GB", "all-balanced", 1),
         ("mixed", "H100-80GB", "all-1g.20gb", 1),
+        ("mixed", "H100-80GB", "all-7g.80gb", 1),
         ("mixed", "A100-80GB", "all-disabled", 1),
     ]
     kubeconfig = str(control_plane.kubeconfig)
@@ -203,10 +205,12 @@ def test_doctor_names_a_profile_no_node_offers_before_any_pod_waits(
         strict = castslice_cli(
             {**MIXED, "CASTSLICE_MIG_FIT": "strict"}, "doctor", "--kubeconfig", kubeconfig
         )
+    assert offered.returncode == 0, offered.stdout
     [nodes_line] = [line for line in offered.stdout.splitlines() if "nodes offer" in line]
     assert "nvidia.com/mig-1g.10gb" in nodes_line and "nvidia.com/mig-3g.40gb" in nodes_line
+    assert "for Pods of 8 slices or more" in offered.stdout
     assert strict.returncode == 1, strict.stdout
-    [missing] = [line for line in strict.stdout.splitlines() if "mig-4g.40gb" in line]
+    [missing] = [line for line in strict.stdout.splitlines() if "no Ready node offers" in line]
     assert "no Ready node offers nvidia.com/mig-4g.40gb (for Pods of 4 slices)" in missing
     assert "nvidia.com/mig.config=all-balanced" in strict.stdout
 

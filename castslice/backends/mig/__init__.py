@@ -168,7 +168,7 @@ class MigBackend(Backend):
                 f"(where {fraction_text(share)} takes {i.profile.name}) are not used"
                 for i in dropped
             )
-        instance = "; ".join(_model_text(i, len(used) > 1 and not _all_same(used)) for i in used)
+        instance = _instances_text(used)
         gets = min(i.model.memory(i.profile) for i in used)
         return placement._replace(
             gpus=gets if share < 1 else Fraction(1),
@@ -326,9 +326,9 @@ def _needs_product(chosen: list[Instance], models: tuple[Any, ...]) -> bool:
     return any(choice.ambiguous(instance, models) for instance in chosen)
 
 
-def _all_same(used: list[Instance]) -> bool:
-    return all(choice.same_meaning(i, used[0]) and i.model.name == used[0].model.name for i in used)
-
-
-def _model_text(instance: Instance, with_model: bool) -> str:
-    return f"{instance.model.name} {instance.text()}" if with_model else instance.text()
+def _instances_text(used: list[Instance]) -> str:
+    """What the Pod gets: the instance once where every model's is the same, else each
+    model's (A100-80GB and H100-80GB share their profiles)."""
+    if all(choice.same_meaning(i, used[0]) for i in used):
+        return used[0].text()
+    return "; ".join(f"{i.model.name} {i.text()}" for i in used)
