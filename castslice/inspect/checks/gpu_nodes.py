@@ -63,9 +63,7 @@ def smallest_whole_gpu_share(config: Config, backend: Backend) -> int:
     (or, with MIG, larger instances)."""
     whole = backend.place(config.slices_per_gpu)
     return next(
-        slices
-        for slices in range(1, config.slices_per_gpu + 1)
-        if backend.place(slices) == whole
+        slices for slices in range(1, config.slices_per_gpu + 1) if backend.place(slices) == whole
     )
 
 
