@@ -275,3 +275,84 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
         delete_nodes(api, list(names.values()))
         for name in names.values():
             resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
+
+
+# GKE's partition node pools: "Each GPU partition appears as a regular GPU resource"
+# (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi): the node advertises one
+# nvidia.com/gpu per partition and is labelled with its partition size; every GKE node
+# names its pool, every GPU node its accelerator (as nodes.py's GKE nodes).
+def gke_node(name: str, pool: str, accelerator: str, partition: str | None, gpus: int) -> Manifest:
+    labels = {
+        "cloud.google.com/gke-nodepool": pool,
+        "cloud.google.com/gke-accelerator": accelerator,
+    }
+    if partition is not None:
+        labels["cloud.google.com/gke-gpu-partition-size"] = partition
+    return shaped_node(name, labels, {GPU: str(gpus)})
+
+
+@contextmanager
+def gke_nodes(
+    api: kubernetes.client.ApiClient, namespace: str, partitions: list[str | None]
+) -> Iterator[dict[str, str]]:
+    """One node per partition size (None: whole GPUs, two), A100-80GB, by size or "whole"."""
+    clear_unscheduled_pods(api, namespace)
+    run = uuid.uuid4().hex[:6]
+    names = {
+        size or "whole": f"gke-{(size or 'whole').replace('.', '')}-{run}" for size in partitions
+    }
+    # A partition pool's node: one GPU cut in as many partitions as one GPU holds (mig-parted).
+    per_gpu = {"1g.10gb": 7, "3g.40gb": 2}
+    manifests = [
+        gke_node(
+            names[size or "whole"],
+            f"pool-{size or 'whole'}".replace(".", ""),
+            "nvidia-a100-80gb",
+            size,
+            per_gpu[size] if size else 1,
+        )
+        for size in partitions
+    ]
+    create_shaped_nodes(api, manifests)
+    try:
+        yield names
+    finally:
+        delete_nodes(api, list(names.values()))
+
+
+def test_gke_partitions_take_their_share_and_whole_gpus_keep_off_them(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start({**MIXED, "CASTSLICE_MIG_STACK": "gke", "CASTSLICE_MIG_GPU_MODELS": "A100-80GB"})
+    with gke_nodes(api, namespace, ["1g.10gb", "3g.40gb", None]) as nodes:
+        apply(
+            kubectl_user,
+            namespace,
+            [pod("eighth", 1), pod("half", 4), pod("whole", 8), pod("second-whole", 8)],
+        )
+        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room="", timeout=_TIMEOUT)
+    where = {name: node for name, (node, _) in placed(up).items()}
+    assert where["eighth"] == nodes["1g.10gb"]
+    assert where["half"] == nodes["3g.40gb"]
+    assert nodes["whole"] in where.values()
+    # One whole GPU in all: the other whole-GPU Pod waits rather than take a partition.
+    assert waiting["metadata"]["name"] in ("whole", "second-whole")
+
+
+def test_gke_backend_whole_gpu_pods_keep_off_partition_nodes(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start({"CASTSLICE_BACKEND": "gke"})
+    with gke_nodes(api, namespace, ["1g.10gb", None]) as nodes:
+        training = {"castops.io/optimize": "true", "castops.io/workload-type": "training"}
+        pods = [pod("trainer-0", None), pod("trainer-1", None)]
+        for manifest in pods:
+            manifest["metadata"]["annotations"] = training
+        apply(kubectl_user, namespace, pods)
+        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room="", timeout=_TIMEOUT)
+    assert [p["spec"]["nodeName"] for p in up] == [nodes["whole"]]
+    affinity = waiting["spec"]["affinity"]["nodeAffinity"]
+    terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in (
+        terms[0]["matchExpressions"]
+    )
