@@ -132,7 +132,8 @@ def _less_than_asked(
     container: GpuContainer, asked: str, placement: Placement, gpu: str
 ) -> str | None:
     # Quantities the API server would reject anyway ("1.5", "2Gi") are not compared.
-    if not asked.isdigit() or int(asked) <= 1 or placement.gpus >= int(asked):
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    if not (asked.isascii() and asked.isdigit()) or int(asked) <= 1 or placement.gpus >= int(asked):
         return None
     return clip(
         f"container {shorten(container.name)} asked for {asked} {gpu}; "
