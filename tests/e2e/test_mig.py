@@ -12,9 +12,6 @@ Pod runs, what it asks for, and what doctor says before any Pod waits.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,7 +28,7 @@ from .kubectl import Kubectl
 from .nodes import clear_unscheduled_pods, create_shaped_nodes, delete_nodes, shaped_node
 from .pods import GPU, IMAGE, settle
 from .registration import APPLIED, register_and_wait
-from .tools import REPO_ROOT
+from .tools import REPO_ROOT, run_castslice
 
 Manifest = dict[str, Any]
 
@@ -45,22 +42,6 @@ DRA = {**MIXED, "CASTSLICE_MIG_STACK": "dra"}
 _TIMEOUT = 60.0
 # 1/8, 1/4, 1/2 and 1 of a GPU at S = 8.
 SHARES = {"eighth": 1, "quarter": 2, "half": 4, "whole": 8}
-
-
-def castslice_cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m castslice ARGS` with `env` as the only CASTSLICE_* settings."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "castslice", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**environ, **env, "PYTHONIOENCODING": "utf-8"},
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
 
 
 def pod(name: str, slices: int | None, gpus: int = 1) -> Manifest:
@@ -200,9 +181,9 @@ def test_doctor_names_a_profile_no_node_offers_before_any_pod_waits(
     ]
     kubeconfig = str(control_plane.kubeconfig)
     with mig_nodes(api, namespace, shapes):
-        offered = castslice_cli(MIXED, "doctor", "--kubeconfig", kubeconfig)
+        offered = run_castslice(MIXED, "doctor", "--kubeconfig", kubeconfig)
         # strict: half a GPU is 4g.40gb, which no layout here has.
-        strict = castslice_cli(
+        strict = run_castslice(
             {**MIXED, "CASTSLICE_MIG_FIT": "strict"}, "doctor", "--kubeconfig", kubeconfig
         )
     assert offered.returncode == 0, offered.stdout
@@ -245,7 +226,7 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
         if error.status != 409:
             raise
     ensure_device_class(api)
-    templates = castslice_cli(DRA, "claim-templates", "-n", namespace, "--slices", "1,2,4")
+    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", "1,2,4")
     kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
     clear_unscheduled_pods(api, namespace)
     run = uuid.uuid4().hex[:6]
