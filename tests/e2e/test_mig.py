@@ -40,6 +40,8 @@ MIXED = {
 SINGLE = {**MIXED, "CASTSLICE_MIG_STACK": "single"}
 DRA = {**MIXED, "CASTSLICE_MIG_STACK": "dra"}
 _TIMEOUT = 60.0
+# The scheduler's message for a Pod no node can take, whatever the reasons it lists.
+_NO_NODE = "nodes are available"
 # 1/8, 1/4, 1/2 and 1 of a GPU at S = 8.
 SHARES = {"eighth": 1, "quarter": 2, "half": 4, "whole": 8}
 
@@ -311,7 +313,7 @@ def test_gke_partitions_take_their_share_and_whole_gpus_keep_off_them(
             namespace,
             [pod("eighth", 1), pod("half", 4), pod("whole", 8), pod("second-whole", 8)],
         )
-        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room="", timeout=_TIMEOUT)
+        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
     where = {name: node for name, (node, _) in placed(up).items()}
     assert where["eighth"] == nodes["1g.10gb"]
     assert where["half"] == nodes["3g.40gb"]
@@ -330,7 +332,7 @@ def test_gke_backend_whole_gpu_pods_keep_off_partition_nodes(
         for manifest in pods:
             manifest["metadata"]["annotations"] = training
         apply(kubectl_user, namespace, pods)
-        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room="", timeout=_TIMEOUT)
+        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
     assert [p["spec"]["nodeName"] for p in up] == [nodes["whole"]]
     affinity = waiting["spec"]["affinity"]["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
