@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from castslice.backends import BACKENDS, backend_class
+from castslice.backends import SETTING_CHOICES, backend_class
 from castslice.settings import chart_values as chart
 from castslice.settings.config import (
     DEFAULT_PRESETS,
@@ -173,6 +173,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
         dra_device_class=read("CASTSLICE_DRA_DEVICE_CLASS"),
         dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
         dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
+        mig_gpu_models=read("CASTSLICE_MIG_GPU_MODELS"),
+        mig_profiles=read("CASTSLICE_MIG_PROFILES"),
+        mig_stack=read("CASTSLICE_MIG_STACK"),
+        mig_fit=read("CASTSLICE_MIG_FIT"),
+        mig_whole_gpu=read("CASTSLICE_MIG_WHOLE_GPU"),
     )
     if config.metrics:
         _refuse_on_serverless(environ)
@@ -260,9 +265,9 @@ def _presets(read: _Reader, entry: Setting, value: str) -> dict[str, int]:
 
 
 def choices(entry: Setting) -> tuple[str, ...]:
-    """What a choice may be: for CASTSLICE_BACKEND the backend table's names, which the
-    settings cannot import."""
-    found = tuple(BACKENDS) if entry.variable == BACKEND else entry.choices
+    """What a choice may be: for what the backends name (their own names, the MIG profile
+    table's models and profiles) the backend table's, which the settings cannot import."""
+    found = SETTING_CHOICES.get(entry.variable, entry.choices)
     assert found is not None, entry.variable
     return found
 
@@ -271,6 +276,20 @@ def _choice(read: _Reader, entry: Setting, value: str) -> str:
     if value.strip() not in choices(entry):
         raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices(entry))}")
     return value.strip()
+
+
+def _some_choices(read: _Reader, entry: Setting, value: str) -> tuple[str, ...]:
+    allowed = choices(entry)
+    chosen: list[str] = []
+    for item in (item.strip() for item in value.split(",")):
+        if item not in allowed:
+            raise ConfigError(
+                f"{entry.variable}: {item!r} is not one of: {', '.join(allowed)} (comma-separated)"
+            )
+        if item in chosen:
+            raise ConfigError(f"{entry.variable}: {item} is listed twice")
+        chosen.append(item)
+    return tuple(chosen)
 
 
 def _counts(read: _Reader, entry: Setting, value: str) -> tuple[int, ...]:
@@ -403,6 +422,9 @@ class SettingKind:
 
 KINDS: dict[Kind, SettingKind] = {
     Kind.CHOICE: SettingKind(_choice, chart.choice_schema),
+    Kind.CHOICES: SettingKind(
+        _some_choices, chart.choices_schema, chart.choices_text, metavar="NAME,..."
+    ),
     Kind.COUNT: SettingKind(
         _count, chart.count_schema, chart.count_text, chart.count_bound, metavar="N"
     ),

@@ -7,6 +7,11 @@
 # cloud.google.com/gke-gpu-sharing-strategy and
 # cloud.google.com/gke-max-shared-clients-per-gpu, the selector CastSlice writes.
 # Whole-GPU shares go to the pool without sharing.
+#
+# For backend = "mig" (CASTSLICE_MIG_STACK=gke), one pool per MIG partition size
+# instead of the sharing pools: GKE labels its nodes
+# cloud.google.com/gke-gpu-partition-size, the selector CastSlice writes, and the service
+# is told the sizes (CASTSLICE_MIG_PROFILES), so the two cannot disagree either.
 
 locals {
   gke_sharing_strategy = { "time-slicing" = "TIME_SHARING", "mps" = "MPS" }[var.sharing_strategy]
@@ -14,17 +19,28 @@ locals {
   gke_strategy_suffix = { "time-slicing" = "ts", "mps" = "mps" }[var.sharing_strategy]
 
   gke_gpu_node_pools = var.gke_gpu_node_pools == null ? {} : merge(
-    {
+    var.backend == "mig" ? {} : {
       for degree in var.sharing_degrees :
       "${var.gke_gpu_node_pools.name_prefix}-${local.gke_strategy_suffix}-${degree}" => {
         sharing_strategy           = local.gke_sharing_strategy
         max_shared_clients_per_gpu = degree
+        gpu_partition_size         = null
+      }
+    },
+    {
+      # 3g.40gb -> <prefix>-3g40gb: within GKE's 40 characters after a 32-character prefix.
+      for size in var.gke_gpu_node_pools.mig_partition_sizes :
+      "${var.gke_gpu_node_pools.name_prefix}-${replace(size, ".", "")}" => {
+        sharing_strategy           = null
+        max_shared_clients_per_gpu = null
+        gpu_partition_size         = size
       }
     },
     var.gke_gpu_node_pools.whole_gpu_pool ? {
       "${var.gke_gpu_node_pools.name_prefix}-whole" = {
         sharing_strategy           = null
         max_shared_clients_per_gpu = null
+        gpu_partition_size         = null
       }
     } : {},
   )
@@ -58,8 +74,9 @@ resource "google_container_node_pool" "gpu" {
     resource_labels = var.labels
 
     guest_accelerator {
-      type  = var.gke_gpu_node_pools.accelerator_type
-      count = var.gke_gpu_node_pools.accelerator_count
+      type               = var.gke_gpu_node_pools.accelerator_type
+      count              = var.gke_gpu_node_pools.accelerator_count
+      gpu_partition_size = each.value.gpu_partition_size
 
       gpu_driver_installation_config {
         gpu_driver_version = var.gke_gpu_node_pools.gpu_driver_version

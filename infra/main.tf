@@ -55,6 +55,11 @@ locals {
       CASTSLICE_SHARING_STRATEGY = var.sharing_strategy
     },
     var.policy == null ? {} : { CASTSLICE_POLICY = var.policy },
+    # The mig backend on the partition pools this module makes: their sizes are the profiles.
+    var.backend == "mig" && try(length(var.gke_gpu_node_pools.mig_partition_sizes), 0) > 0 ? {
+      CASTSLICE_MIG_STACK    = "gke"
+      CASTSLICE_MIG_PROFILES = join(",", var.gke_gpu_node_pools.mig_partition_sizes)
+    } : {},
   )
 
   apis = toset(concat(

@@ -174,8 +174,8 @@ variable "backend" {
   default     = "resource"
 
   validation {
-    condition     = contains(["resource", "nvidia", "gke", "dra"], var.backend)
-    error_message = "backend must be one of: resource, nvidia, gke, dra."
+    condition     = contains(["resource", "nvidia", "gke", "dra", "mig"], var.backend)
+    error_message = "backend must be one of: resource, nvidia, gke, dra, mig."
   }
 }
 
@@ -349,12 +349,24 @@ variable "gke_gpu_node_pools" {
     service_account    = optional(string)
     whole_gpu_pool     = optional(bool, true)
     name_prefix        = optional(string, "castslice")
+    # backend = "mig": one MIG partition pool per size (gpu_partition_size), no sharing pools.
+    mig_partition_sizes = optional(list(string), [])
   })
   default = null
 
   validation {
-    condition     = var.gke_gpu_node_pools == null || var.backend == "gke"
-    error_message = "gke_gpu_node_pools is for backend = \"gke\": the other backends place Pods by labels these pools do not carry."
+    condition     = var.gke_gpu_node_pools == null || var.backend == "gke" || var.backend == "mig"
+    error_message = "gke_gpu_node_pools is for backend = \"gke\" (or \"mig\" with mig_partition_sizes): the other backends place Pods by labels these pools do not carry."
+  }
+
+  validation {
+    condition     = var.gke_gpu_node_pools == null || (var.backend == "mig") == (try(length(var.gke_gpu_node_pools.mig_partition_sizes), 0) > 0)
+    error_message = "gke_gpu_node_pools.mig_partition_sizes lists the MIG partition pools of backend = \"mig\", and only of it: set both or neither."
+  }
+
+  validation {
+    condition     = var.gke_gpu_node_pools == null || alltrue([for size in try(var.gke_gpu_node_pools.mig_partition_sizes, []) : can(regex("^[1-7]g\\.[0-9]{1,3}gb$", size))])
+    error_message = "gke_gpu_node_pools.mig_partition_sizes must be MIG profiles such as 1g.10gb or 3g.40gb."
   }
 
   validation {

@@ -245,6 +245,7 @@ _NVIDIA_SHARED = "nvidia.com/gpu.shared"
 _REPLICAS, _NVIDIA_STRATEGY = "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy"
 _GKE_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 _GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+_GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
 _RESOURCE_WHOLE = Placement("nvidia.com/gpu-shared", 4, {}, Fraction(1))
 # What docs/backends.md says each backend gives, per sharing degree and for whole GPUs.
 EXPECTED_PLACEMENT: dict[str, tuple[dict[int, Placement], Placement]] = {
@@ -272,7 +273,7 @@ EXPECTED_PLACEMENT: dict[str, tuple[dict[int, Placement], Placement]] = {
             )
             for degree in (2, 4, 8)
         },
-        Placement("nvidia.com/gpu", 1, {}, Fraction(1), (_GKE_STRATEGY,)),
+        Placement("nvidia.com/gpu", 1, {}, Fraction(1), (_GKE_STRATEGY, _GKE_PARTITION)),
     ),
 }
 

@@ -29,6 +29,7 @@ REPLICAS = "nvidia.com/gpu.replicas"
 NVIDIA_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 GKE_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,12 @@ NOT_SHARING = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": GKE_STRATEGY, "operator": "DoesNotExist"}]}
+                {
+                    "matchExpressions": [
+                        {"key": GKE_STRATEGY, "operator": "DoesNotExist"},
+                        {"key": GKE_PARTITION, "operator": "DoesNotExist"},
+                    ]
+                }
             ]
         }
     }
@@ -175,6 +181,7 @@ def term(*expressions: dict) -> dict:
 
 ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
 AVOID = {"key": GKE_STRATEGY, "operator": "DoesNotExist"}
+AVOID_PARTITIONS = {"key": GKE_PARTITION, "operator": "DoesNotExist"}
 
 
 @pytest.mark.parametrize(
@@ -204,8 +211,8 @@ AVOID = {"key": GKE_STRATEGY, "operator": "DoesNotExist"}
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [
-                            term(ZONE, AVOID),
-                            {"matchFields": [], "matchExpressions": [AVOID]},
+                            term(ZONE, AVOID, AVOID_PARTITIONS),
+                            {"matchFields": [], "matchExpressions": [AVOID, AVOID_PARTITIONS]},
                         ]
                     }
                 }

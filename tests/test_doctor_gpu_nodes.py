@@ -20,6 +20,7 @@ Manifest = dict[str, Any]
 
 GKE_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
 REPLICAS = "nvidia.com/gpu.replicas"
 NVIDIA_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 PODS = "pods.castslice.castops.io"
@@ -61,8 +62,8 @@ def test_gke_with_only_sharing_pools_fails_naming_the_presets_that_get_whole_gpu
     assert result.status is Status.FAILED
     assert result.message == (
         "GPU nodes: no Ready node offers nvidia.com/gpu without GPU sharing (no "
-        f"{GKE_STRATEGY} label): Pods of 2 slices or more (presets training, batch, "
-        "inference) stay Pending"
+        f"{GKE_STRATEGY} label, no {GKE_PARTITION} label): Pods of 2 slices or more "
+        "(presets training, batch, inference) stay Pending"
     )
     assert result.fix.startswith("add a GPU node pool without GPU sharing (gcloud container")
 
@@ -73,8 +74,8 @@ def test_gke_with_a_pool_without_sharing_passes() -> None:
     assert result == passed(
         gpu_nodes.CHECK,
         "GPU nodes: 1 node offers nvidia.com/gpu without GPU sharing (no "
-        f"{GKE_STRATEGY} label) for Pods of 2 slices or more (presets training, batch, "
-        "inference)",
+        f"{GKE_STRATEGY} label, no {GKE_PARTITION} label) for Pods of 2 slices or more "
+        "(presets training, batch, inference)",
     )
 
 
@@ -183,3 +184,21 @@ def test_passing_checks_other_backends_and_mismatched_dry_runs_get_no_cause() ->
         load_config({"CASTSLICE_BACKEND": "gke"}), None, [PODS]
     )
     assert unregistered(UNREACHABLE) is UNREACHABLE
+
+
+def test_nodes_labelled_mps_whose_devices_are_not_configured_for_mps_are_named() -> None:
+    config = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_STRATEGY": "mps"})
+    labels = {REPLICAS: "4", NVIDIA_STRATEGY: "mps", "nvidia.com/mps.capable": "false"}
+    broken = node("no-daemon", labels, {"nvidia.com/gpu.shared": "4"})
+    working = node(
+        "mps", {**labels, "nvidia.com/mps.capable": "true"}, {"nvidia.com/gpu.shared": "4"}
+    )
+    from castslice.inspect.checks import capacity
+
+    result = capacity.assess(config, [broken, working, NVIDIA_PLAIN], [])
+    assert result.status is Status.FAILED
+    assert result.message == (
+        "node no-daemon: nvidia.com/gpu.sharing-strategy=mps but nvidia.com/mps.capable=false: "
+        "the MPS control daemon does not run there, so no client's memory is limited"
+    )
+    assert capacity.assess(config, [working, NVIDIA_PLAIN], []).status is not Status.FAILED

@@ -419,3 +419,31 @@ def test_the_exporter_says_it_cannot_read_the_cluster_and_serves_up_0(tmp_path: 
         stderr
     )
     assert "Traceback" not in stderr
+
+
+def test_mig_instances_are_named_with_their_real_compute_and_memory() -> None:
+    from tests.mig_nodes import gpu_node_side
+
+    env = {
+        "CASTSLICE_BACKEND": "mig",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_PRESETS": "dev=1,inference=4",
+    }
+    pods = [
+        on_node(rewritten(env, user_pod("ml", "small", "dev")), "a100"),
+        on_node(rewritten(env, user_pod("ml", "half", "inference")), "a100"),
+    ]
+    nodes = [node("a100", *gpu_node_side("mixed", "A100-80GB", "all-balanced"))]
+
+    report = report_for(env, pods, nodes)
+
+    [gpu] = report.gpus
+    assert (gpu.place.gpus, gpu.place.units, gpu.free) == (1, 8, 3)
+    assert gpu.place.unit == (
+        "memory slices of MIG instances (2 × 1g.10gb: 1/7 of the compute, 1/8 of the memory; "
+        "1 × 2g.20gb: 2/7 of the compute, 1/4 of the memory; "
+        "1 × 3g.40gb: 3/7 of the compute, 1/2 of the memory)"
+    )
+    assert {h.pod: str(h.share) for h in gpu.holders} == {"small": "1/8", "half": "1/2"}
+    # Two Pods that asked a GPU each, on one GPU cut into instances.
+    assert (report.total.asked, report.total.occupied, report.total.saved) == (2, 1, 1)

@@ -23,6 +23,8 @@ from castslice.backends.base import (
 )
 from castslice.backends.dra import DraBackend
 from castslice.backends.gke import GkeBackend
+from castslice.backends.mig import SETTING_CHOICES as MIG_SETTING_CHOICES
+from castslice.backends.mig import MigBackend
 from castslice.backends.nvidia import NvidiaBackend
 from castslice.backends.resource import ResourceBackend
 from castslice.settings.config import Config
@@ -32,10 +34,19 @@ BACKENDS: dict[str, type[Backend]] = {
     "nvidia": NvidiaBackend,
     "gke": GkeBackend,
     "dra": DraBackend,
+    "mig": MigBackend,
+}
+
+# The choices of settings whose values name what the backends define (the settings layer
+# cannot import them): the backends' names and the MIG profile table's entries.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "CASTSLICE_BACKEND": tuple(BACKENDS),
+    **MIG_SETTING_CHOICES,
 }
 
 __all__ = [
     "BACKENDS",
+    "SETTING_CHOICES",
     "Backend",
     "ClaimTemplates",
     "GpuHold",

@@ -12,13 +12,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
+from castslice.contract.definitions import CONTAINER_LISTS
 from castslice.contract.findings import Result
-from castslice.contract.kube import PodSpec
+from castslice.contract.kube import QUANTITY_FIELDS, PodSpec
 from castslice.contract.patch import (
     GpuContainer,
     PatchOperation,
-    absent_labels_operations,
+    escape_pointer_token,
+    label_in_expressions,
     node_selector_operations,
+    required_expressions_operations,
     required_node_terms,
     resource_operations,
 )
@@ -44,6 +47,13 @@ class Placement(NamedTuple):
     absent_node_labels: tuple[str, ...] = ()
     # The ResourceClaimTemplate each GPU container claims from, for backends that claim devices.
     claim_template: str | None = None
+    # Node labels whose value must be one of several (a required node affinity, `In`).
+    labels_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What the Pod really gets where that is more than the share `gpus` says (a MIG
+    # instance: its compute and memory), for the decision record and messages.
+    instance: str | None = None
+    # What the backend warns of with this placement (what the Pod does not get as asked).
+    caveats: tuple[str, ...] = ()
 
 
 class LeftAlone(NamedTuple):
@@ -134,6 +144,40 @@ def whole_gpus(config: Config, slices: int) -> int:
     return -(-slices // config.slices_per_gpu)
 
 
+def template_slices(config: Config, slices: int) -> int:
+    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
+
+    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
+    """
+    per_gpu = config.slices_per_gpu
+    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
+
+
+def configured_counts(config: Config) -> set[int]:
+    """The counts the presets, the enrolment policy's rules and the default give."""
+    counts = {config.default_slices, *config.presets.values()}
+    if config.policy is not None:
+        counts |= {rule.rule_slices for rule in config.policy.rules if rule.rule_slices}
+    return {template_slices(config, count) for count in counts}
+
+
+def enrolled_namespaces(config: Config) -> tuple[str, ...]:
+    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
+
+    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
+    """
+    if config.policy is None:
+        return ()
+    names = (
+        pattern.text
+        for rule in config.policy.rules
+        if rule.optimize
+        for pattern in rule.namespaces or ()
+        if pattern.regex is None
+    )
+    return tuple(dict.fromkeys(names))
+
+
 class Backend:
     """What every backend answers; the defaults are those most backends share (the GPU
     resource swapped in each container, the placement's node labels required and
@@ -185,7 +229,10 @@ class Backend:
             )
         ]
         operations += node_selector_operations(spec, placement.node_selector)
-        operations += absent_labels_operations(spec, placement.absent_node_labels)
+        expressions = label_in_expressions(placement.labels_in) + [
+            {"key": key, "operator": "DoesNotExist"} for key in placement.absent_node_labels
+        ]
+        operations += required_expressions_operations(spec, expressions)
         return operations
 
     def notes(self, placement: Placement) -> tuple[str, ...]:
@@ -195,6 +242,8 @@ class Backend:
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
         """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
         if any(labels.get(key) != value for key, value in placement.node_selector.items()):
+            return False
+        if any(labels.get(key) not in values for key, values in placement.labels_in):
             return False
         return not any(key in labels for key in placement.absent_node_labels)
 
@@ -335,6 +384,20 @@ class SharingPoolBackend(Backend):
     def shared(self, degree: int) -> Placement:
         raise NotImplementedError
 
+    def isolation(self) -> str:
+        """What one client of a shared GPU is kept to, for a report's first line."""
+        degrees = "/".join(str(degree) for degree in self.config.sharing_degrees)
+        if self.config.sharing_strategy == "mps":
+            # The NVIDIA device plugin's MPS control daemon sets each client's pinned
+            # memory limit and active thread percentage to 1/M (k8s-device-plugin v0.20.0,
+            # README "With CUDA MPS", cmd/mps-control-daemon/mps/daemon.go).
+            return (
+                f"MPS: each client may use at most 1/M of a GPU's memory and compute (M = "
+                f"{degrees} clients per GPU), enforced in software; clients share one fault "
+                "domain"
+            )
+        return "time-slicing: clients share a GPU's memory and faults, with no limit"
+
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
 
@@ -347,3 +410,100 @@ class SharingPoolBackend(Backend):
             if offered <= per_gpu
         }
         return {degree: self.shared(degree) for degree in degrees if degree is not None}
+
+
+# Pod-level claim names, one per GPU container in the Pod's order.
+CLAIM_PREFIX = "castslice-gpu-"
+_INIT_PATH = "/spec/initContainers/"
+_APP_PATH = "/spec/containers/"
+
+
+def claim_names(spec: PodSpec, containers: Sequence[GpuContainer]) -> list[str]:
+    """The claim each GPU container uses, numbered in the Pod's order of the claims' owners.
+
+    Claims are held for the Pod's whole life, so one per container would make a plain
+    init container cost a GPU share beyond the app's. A plain init container runs to
+    completion before any app container starts, so it uses the first app container's
+    claim (or, with none, the first plain init container's): the Pod then holds
+    max(init, sum(app)), as with a device plugin, and as the scheduler's own claims for
+    extended resources reuse requests (KEP-5004). A sidecar (`restartPolicy: Always`)
+    runs beside the others and keeps a claim of its own.
+    """
+    plain_init = {
+        c.path for c in containers if c.path.startswith(_INIT_PATH) and not _is_sidecar(spec, c)
+    }
+    host = next((c.path for c in containers if c.path.startswith(_APP_PATH)), None)
+    if host is None:
+        host = next((c.path for c in containers if c.path in plain_init), None)
+    owners = [c.path for c in containers if c.path not in plain_init or c.path == host]
+    numbers = {path: f"{CLAIM_PREFIX}{n}" for n, path in enumerate(owners)}
+    return [numbers[c.path] if c.path in numbers else numbers[host or ""] for c in containers]
+
+
+def _is_sidecar(spec: PodSpec, container: GpuContainer) -> bool:
+    index = int(container.path.rsplit("/", 1)[1])
+    return ((spec.get("initContainers") or [])[index] or {}).get("restartPolicy") == "Always"
+
+
+def claim_operations(
+    spec: PodSpec, containers: Sequence[GpuContainer], gpu: str, template: str
+) -> list[PatchOperation]:
+    """Each GPU container loses the GPU resource and claims from `template` (claim_names)."""
+    gpu_token = escape_pointer_token(gpu)
+    operations: list[PatchOperation] = []
+    names = claim_names(spec, containers)
+    claims = [
+        {"name": f"{CLAIM_PREFIX}{n}", "resourceClaimTemplateName": template}
+        for n in range(len(set(names)))
+    ]
+    for container, claim in zip(containers, names, strict=True):
+        resources = container.resources
+        for field in QUANTITY_FIELDS:
+            if gpu in (resources.get(field) or {}):
+                path = f"{container.path}/resources/{field}/{gpu_token}"
+                operations.append({"op": "remove", "path": path})
+        # `add` sets the member whether or not an empty list is there.
+        operations.append(
+            {"op": "add", "path": f"{container.path}/resources/claims", "value": [{"name": claim}]}
+        )
+    if spec.get("resourceClaims") is None:
+        operations.append({"op": "add", "path": "/spec/resourceClaims", "value": claims})
+    else:
+        operations += [
+            {"op": "add", "path": "/spec/resourceClaims/-", "value": claim} for claim in claims
+        ]
+    return operations
+
+
+def claims_left_alone(spec: PodSpec) -> LeftAlone | None:
+    """Why a Pod is left alone by a backend that adds claims: it has its own, or it is bound by
+    hand (claims are allocated by the scheduler; such a Pod never gets its devices)."""
+    if spec.get("resourceClaims") or any(
+        ((container or {}).get("resources") or {}).get("claims")
+        for list_name in CONTAINER_LISTS
+        for container in spec.get(list_name) or ()
+    ):
+        return LeftAlone("uses its own claims", "the Pod has its own resource claims")
+    if spec.get("nodeName"):
+        return LeftAlone("placed by hand", "spec.nodeName set by hand")
+    return None
+
+
+# Every template carries it: doctor and `kubectl get -l` find them by it.
+PART_OF = ("app.kubernetes.io/part-of", "castslice")
+
+
+def resource_claim_template(
+    name: str, spec: Mapping[str, Any], namespace: str | None = None
+) -> Manifest:
+    """A ResourceClaimTemplate CastSlice ships (None: no namespace, `kubectl apply -n` sets it)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": spec,
+    }

@@ -360,7 +360,7 @@ def _walk(
         yield from _walk(item, rest, (*steps, segment.name, index), (*labels, label))
 
 
-class DecisionRecord(msgspec.Struct, frozen=True):
+class DecisionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     """What CastSlice did to a Pod, written on it as APPLIED; a later review leaves it alone.
 
     The encoding is canonical (msgspec, fields in this order, no spaces), so policy mode's
@@ -372,6 +372,9 @@ class DecisionRecord(msgspec.Struct, frozen=True):
     backend: str
     # Container name -> the GPU quantity it asked for before.
     original: dict[str, str]
+    # What each GPU container really gets where the share alone does not say it (a MIG
+    # instance's compute and memory); left out when None.
+    instance: str | None = None
 
     def encode(self) -> str:
         return _record_encoder.encode(self).decode()

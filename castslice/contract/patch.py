@@ -7,7 +7,7 @@ rejects a Pod whose patch does not apply), and keys are escaped per RFC 6901.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
@@ -216,9 +216,24 @@ def required_node_terms(spec: PodSpec) -> list[dict[str, Any]]:
 
 def absent_labels_operations(spec: PodSpec, keys: tuple[str, ...]) -> list[PatchOperation]:
     """Require nodes without the labels `keys`, ANDed into every existing required term."""
-    if not keys:
+    return required_expressions_operations(
+        spec, [{"key": key, "operator": "DoesNotExist"} for key in keys]
+    )
+
+
+def label_in_expressions(
+    labels: Sequence[tuple[str, tuple[str, ...]]],
+) -> list[dict[str, Any]]:
+    """Node selector requirements: each label's value one of its values."""
+    return [{"key": key, "operator": "In", "values": list(values)} for key, values in labels]
+
+
+def required_expressions_operations(
+    spec: PodSpec, expressions: list[dict[str, Any]]
+) -> list[PatchOperation]:
+    """Require nodes matching `expressions`, ANDed into every existing required term."""
+    if not expressions:
         return []
-    expressions = [{"key": key, "operator": "DoesNotExist"} for key in keys]
     terms = required_node_terms(spec)
     required_path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
     operations: list[PatchOperation] = []

@@ -99,13 +99,17 @@ class PodDecision:
                 warnings.append(warning)
         warnings += backend.notes(placement)
         operations = backend.pod_operations(spec, containers, placement)
-        record = DecisionRecord(decision.slices, decision.source, backend.name, original)
+        record = DecisionRecord(
+            decision.slices, decision.source, backend.name, original, placement.instance
+        )
         operations += annotation_operations(metadata, {APPLIED: record.encode()})
         audit = {
             "slices": str(decision.slices),
             "slice-source": decision.source,
             "backend": backend.name,
         }
+        if placement.instance:
+            audit["instance"] = placement.instance
         return Outcome(
             patched(uid, operations, warnings, audit),
             "mutated",

@@ -56,7 +56,7 @@ def property_schema(entry: Setting) -> dict[str, Any]:
     kind = KINDS[entry.kind]
     if kind.schema is None:
         raise AssertionError(f"{entry.variable}: the chart does not set a {entry.kind.value}")
-    found = choices(entry) if entry.kind is Kind.CHOICE else ()
+    found = choices(entry) if entry.kind in (Kind.CHOICE, Kind.CHOICES) else ()
     schema = kind.schema(entry, most, found)
     if entry.default is None and entry.kind is not Kind.BOOLEAN:
         schema = nullable(schema)

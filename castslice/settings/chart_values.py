@@ -33,6 +33,11 @@ def choice_schema(entry: Setting, most: int | None, choices: tuple[str, ...]) ->
     return {"enum": list(choices)}
 
 
+def choices_schema(entry: Setting, most: int | None, choices: tuple[str, ...]) -> dict[str, Any]:
+    # An empty list is an empty variable, and a name twice a refusal, as for COUNTS.
+    return {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(choices)}}
+
+
 def count_schema(entry: Setting, most: int | None, choices: tuple[str, ...]) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", "minimum": entry.minimum, "maximum": most}
     if entry.reserved is not None:
@@ -161,6 +166,11 @@ def presets_text(entry: Setting) -> list[str]:
         '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}',
         '{{- $value = join "," $items }}',
     ]
+
+
+def choices_text(entry: Setting) -> list[str]:
+    joined = '{{ $value = join "," . }}{{ end }}'
+    return ['{{- $value = "" }}', f"{{{{- with {ref(entry.variable)} }}}}{joined}"]
 
 
 def boolean_text(entry: Setting) -> list[str]:

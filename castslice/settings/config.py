@@ -13,6 +13,11 @@ from castslice.settings.rules import Policy
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
 SHARING_STRATEGIES = ("time-slicing", "mps")
+# The `mig` backend: how the nodes offer MIG instances, which rule says an instance holds
+# a share, and where whole-GPU requests go.
+MIG_STACKS = ("mixed", "single", "gke", "dra")
+MIG_FITS = ("memory", "strict")
+MIG_WHOLE_GPU = ("gpu", "7g")
 # Far above any sharing degree a device plugin or GKE offers; keeps the selector values short.
 MAX_SHARING_DEGREE = 1000
 # Bounds the admin-chosen maximum so quantities and warnings stay short.
@@ -54,6 +59,14 @@ class Config:
     dra_device_class: str = "gpu.nvidia.com"
     dra_capacity: str = "shares"
     dra_gpu_memory: int | None = None
+    # The `mig` backend: the GPU models of the cluster's MIG nodes (names of the profile
+    # table), the profiles they offer (None: every profile NVIDIA defines for them), the
+    # stack, the rule "holds s/S" and where whole-GPU requests go.
+    mig_gpu_models: tuple[str, ...] = ("A100-80GB",)
+    mig_profiles: tuple[str, ...] | None = None
+    mig_stack: str = "mixed"
+    mig_fit: str = "memory"
+    mig_whole_gpu: str = "gpu"
 
 
 def memory_quantity(size: int) -> str:

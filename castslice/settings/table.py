@@ -18,6 +18,9 @@ from castslice.settings.config import (
     MAX_GPU_MEMORY,
     MAX_SHARING_DEGREE,
     MAX_SLICE_RATIO_CEILING,
+    MIG_FITS,
+    MIG_STACKS,
+    MIG_WHOLE_GPU,
     SHARING_STRATEGIES,
     Config,
 )
@@ -29,6 +32,9 @@ class Kind(Enum):
     # One of `choices` (for CASTSLICE_BACKEND: the backend table's names, which only a
     # face may know).
     CHOICE = "choice"
+    # Some of `choices` (or of what the backends name, as for CHOICE), comma-separated,
+    # each once.
+    CHOICES = "choices"
     # A whole number from `minimum` to `maximum`.
     COUNT = "count"
     # Whole numbers from `minimum` to `maximum`, comma-separated, each once.
@@ -103,7 +109,8 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         BACKEND, "backend", Kind.CHOICE, Config.backend,
-        "How Pods share GPUs: `resource`, `nvidia`, `gke` or `dra` ([backends.md](backends.md)). "
+        "How Pods share GPUs: `resource`, `nvidia`, `gke`, `dra` or `mig` "
+        "([backends.md](backends.md)). "
         "With `nvidia` and `gke`, Pods that get whole GPUs (by default every preset but `dev`) "
         "need GPU nodes without sharing ([backends.md](backends.md#whole-gpu-pods)).",
         chart_note="docs/backends.md",
@@ -247,6 +254,49 @@ SETTINGS: tuple[Setting, ...] = (
         "setting, and the command line prints it ([configuration.md](#unknown-names)).",
         chart_note="true: a CASTSLICE_* name that is no setting stops the server at start "
         "instead of a warning.",
+    ),
+    Setting(
+        "CASTSLICE_MIG_GPU_MODELS", "mig.gpuModels", Kind.CHOICES, list(Config.mig_gpu_models),
+        "`mig`: the GPU models of the MIG nodes, comma-separated: `A100-40GB`, `A100-80GB`, "
+        "`H100-80GB`, `H200`, `B200`, `A30`. Their MIG profiles are NVIDIA's "
+        "([backends.md](backends.md#mig)).",
+        chart_note="The mig backend: the GPU models, the profiles offered (null: every "
+        "profile of those models), the stack, the rule for holding a share, whole GPUs.",
+        flag="--mig-gpu-models",
+        flag_help="the MIG nodes' GPU models, e.g. A100-80GB,H100-80GB",
+    ),
+    Setting(
+        "CASTSLICE_MIG_PROFILES", "mig.profiles", Kind.CHOICES, None,
+        "`mig`: the MIG profiles the nodes offer, comma-separated (`1g.10gb,3g.40gb`); "
+        "a share goes to the smallest of them that holds it.",
+        default_text="every profile of the models",
+        flag="--mig-profiles",
+        flag_help="the MIG profiles the nodes offer",
+    ),
+    Setting(
+        "CASTSLICE_MIG_STACK", "mig.stack", Kind.CHOICE, Config.mig_stack,
+        "`mig`: how nodes offer instances: `mixed` (`nvidia.com/mig-<profile>`), `single` "
+        "(`nvidia.com/gpu` on nodes labelled `<product>-MIG-<profile>`), `gke` (partition "
+        "node pools) or `dra` (the NVIDIA DRA driver's MIG devices).",
+        choices=MIG_STACKS,
+        flag="--mig-stack",
+        flag_help="how nodes offer MIG instances",
+    ),
+    Setting(
+        "CASTSLICE_MIG_FIT", "mig.fit", Kind.CHOICE, Config.mig_fit,
+        "`mig`: when an instance holds `s/S` of a GPU: `memory` (its memory is at least "
+        "`s/S`) or `strict` (its memory and its compute are).",
+        choices=MIG_FITS,
+        flag="--mig-fit",
+        flag_help="when a MIG instance holds a share: memory, or memory and compute (strict)",
+    ),
+    Setting(
+        "CASTSLICE_MIG_WHOLE_GPU", "mig.wholeGpu", Kind.CHOICE, Config.mig_whole_gpu,
+        "`mig`: where a Pod of one whole GPU goes: `gpu` (a GPU without MIG) or `7g` (a "
+        "full-size MIG instance, `7g.*`, `4g.24gb` on A30).",
+        choices=MIG_WHOLE_GPU,
+        flag="--mig-whole-gpu",
+        flag_help="where one-GPU Pods go: gpu or 7g",
     ),
     Setting(
         "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],

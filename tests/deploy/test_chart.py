@@ -572,7 +572,7 @@ def test_the_schema_accepts_the_gpu_memory_the_application_accepts(
 
 # A bad value and what the refusal must name; the schema checks what the environment would.
 REFUSED = [
-    ({"backend": "mig"}, "/backend"),
+    ({"backend": "hami"}, "/backend"),
     ({"slicesPerGpu": 0}, "/slicesPerGpu"),
     ({"slicesPerGpu": "4"}, "/slicesPerGpu"),
     ({"sharingDegrees": [1]}, "/sharingDegrees/0"),
@@ -950,6 +950,13 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         "draCapacity": "example.com/slices",
         "draGpuMemory": "24576Mi",
         "metrics": {"enabled": True, "port": 9191},
+        "mig": {
+            "gpuModels": ["H200", "A100-80GB"],
+            "profiles": ["1g.18gb", "3g.40gb"],
+            "stack": "single",
+            "fit": "strict",
+            "wholeGpu": "7g",
+        },
     }
     objects = template(helm, tmp_path, values)
     (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
@@ -972,6 +979,11 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         dra_device_class="gpu.example.com",
         dra_capacity="example.com/slices",
         dra_gpu_memory=24576 * 2**20,
+        mig_gpu_models=("H200", "A100-80GB"),
+        mig_profiles=("1g.18gb", "3g.40gb"),
+        mig_stack="single",
+        mig_fit="strict",
+        mig_whole_gpu="7g",
     )
     default = Config()
     for field in dataclasses.fields(Config):

@@ -133,7 +133,11 @@ def bounds_of(entry: Setting) -> list[tuple[str, object]]:
                  "a" * 253 + "/gpu", "a" * 254 + "/gpu", "Example.com/gpu"]  # fmt: skip
         return [(_label(text), text) for text in texts]
     if kind is Kind.CHOICE:
-        return [(name, name) for name in choices(entry)] + [("bad", "mig")]
+        return [(name, name) for name in choices(entry)] + [("bad", "nope")]
+    if kind is Kind.CHOICES:
+        names = list(choices(entry))
+        lists = [names[:1], names, names[-1:], [names[0], names[0]], ["nope"], []]
+        return [(_label(json.dumps(chosen)), chosen) for chosen in lists]
     if kind is Kind.PATH_TOKEN:
         return [(f"{n} characters", "t" * n) for n in (15, 16, 200)] + [("slash", "a/" * 10)]
     if kind is Kind.BOOLEAN:

@@ -72,7 +72,7 @@ def test_the_defaults_pass_every_validation(variables_module: Path) -> None:
         ({"request_timeout_seconds": "2"}, "request_timeout_seconds must be a whole number"),
         ({"memory": "lots"}, "memory must be a quantity"),
         ({"webhook_name": "Cast_Slice"}, "webhook_name must be a Kubernetes object name"),
-        ({"backend": "hami"}, "backend must be one of: resource, nvidia, gke, dra"),
+        ({"backend": "hami"}, "backend must be one of: resource, nvidia, gke, dra, mig"),
         ({"slices_per_gpu": "0"}, "slices_per_gpu must be a whole number from 1"),
         ({"slices_per_gpu": "1001"}, "slices_per_gpu must be a whole number from 1"),
         ({"slices_per_gpu": "2.5"}, "slices_per_gpu must be a whole number from 1"),

@@ -99,10 +99,26 @@ def test_one_sharing_pool_per_degree_and_one_of_whole_gpus(pools: Locals) -> Non
         *variable_args(**GKE, sharing_degrees="[2, 4, 8]", gke_gpu_node_pools=pools_variable())
     )
     assert evaluated["gke_gpu_node_pools"] == {
-        "castslice-ts-2": {"sharing_strategy": "TIME_SHARING", "max_shared_clients_per_gpu": 2},
-        "castslice-ts-4": {"sharing_strategy": "TIME_SHARING", "max_shared_clients_per_gpu": 4},
-        "castslice-ts-8": {"sharing_strategy": "TIME_SHARING", "max_shared_clients_per_gpu": 8},
-        "castslice-whole": {"sharing_strategy": None, "max_shared_clients_per_gpu": None},
+        "castslice-ts-2": {
+            "sharing_strategy": "TIME_SHARING",
+            "max_shared_clients_per_gpu": 2,
+            "gpu_partition_size": None,
+        },
+        "castslice-ts-4": {
+            "sharing_strategy": "TIME_SHARING",
+            "max_shared_clients_per_gpu": 4,
+            "gpu_partition_size": None,
+        },
+        "castslice-ts-8": {
+            "sharing_strategy": "TIME_SHARING",
+            "max_shared_clients_per_gpu": 8,
+            "gpu_partition_size": None,
+        },
+        "castslice-whole": {
+            "sharing_strategy": None,
+            "max_shared_clients_per_gpu": None,
+            "gpu_partition_size": None,
+        },
     }
     assert evaluated["container_env"]["CASTSLICE_SHARING_DEGREES"] == "2,4,8"
 
@@ -114,7 +130,11 @@ def test_mps_pools_without_a_whole_gpu_pool(pools: Locals) -> None:
         *variable_args(**GKE, sharing_strategy="mps", gke_gpu_node_pools=settings)
     )
     assert evaluated["gke_gpu_node_pools"] == {
-        "ml-mps-4": {"sharing_strategy": "MPS", "max_shared_clients_per_gpu": 4},
+        "ml-mps-4": {
+            "sharing_strategy": "MPS",
+            "max_shared_clients_per_gpu": 4,
+            "gpu_partition_size": None,
+        },
     }
 
 
@@ -167,6 +187,51 @@ def test_every_pod_the_gke_backend_places_has_a_pool(
         assert selector in offered, (slices, selector, offered)
 
 
+MIG = {"backend": "mig"}
+PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
+
+
+@pytest.mark.terraform
+def test_mig_partition_pools_replace_the_sharing_pools_and_set_the_profiles(
+    pools: Locals,
+) -> None:
+    settings = pools_variable(mig_partition_sizes='["1g.10gb", "3g.40gb", "7g.80gb"]')
+    evaluated = pools.evaluate(*variable_args(**MIG, gke_gpu_node_pools=settings))
+    none = {"sharing_strategy": None, "max_shared_clients_per_gpu": None}
+    assert evaluated["gke_gpu_node_pools"] == {
+        "castslice-1g10gb": {**none, "gpu_partition_size": "1g.10gb"},
+        "castslice-3g40gb": {**none, "gpu_partition_size": "3g.40gb"},
+        "castslice-7g80gb": {**none, "gpu_partition_size": "7g.80gb"},
+        "castslice-whole": {**none, "gpu_partition_size": None},
+    }
+    env = evaluated["container_env"]
+    assert env["CASTSLICE_MIG_STACK"] == "gke"
+    assert env["CASTSLICE_MIG_PROFILES"] == "1g.10gb,3g.40gb,7g.80gb"
+    # Every Pod the mig backend places, at S = 4 and 8, has a pool that serves it: GKE labels
+    # a partition pool's nodes with its size, and none of the whole pool's.
+    offered = [
+        {PARTITION_LABEL: pool["gpu_partition_size"]} if pool["gpu_partition_size"] else {}
+        for pool in evaluated["gke_gpu_node_pools"].values()
+    ]
+    for per_gpu in ("4", "8"):
+        backend = backend_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
+        for slices in range(1, 2 * int(per_gpu) + 1):
+            placement = backend.place(slices)
+            assert any(backend.serves(labels, placement) for labels in offered), (slices, placement)
+    (node_config,) = POOL["node_config"]
+    (accelerator,) = node_config["guest_accelerator"]
+    assert accelerator["gpu_partition_size"] == "${each.value.gpu_partition_size}"
+
+
+@pytest.mark.terraform
+def test_the_longest_partition_pool_name_fits_gke(pools: Locals) -> None:
+    prefix = "p" + "-long" * 6 + "x"
+    settings = pools_variable(name_prefix=f'"{prefix}"', mig_partition_sizes='["7g.141gb"]')
+    evaluated = pools.evaluate(*variable_args(**MIG, gke_gpu_node_pools=settings))
+    for name in evaluated["gke_gpu_node_pools"]:
+        assert POOL_NAME.fullmatch(name), name
+
+
 @pytest.mark.terraform
 @pytest.mark.parametrize(
     ("assignments", "message"),
@@ -195,6 +260,18 @@ def test_every_pod_the_gke_backend_places_has_a_pool(
         (
             {**GKE, "gke_gpu_node_pools": pools_variable(name_prefix='"' + "a" * 33 + '"')},
             "name_prefix must be 1-32 lowercase letters",
+        ),
+        (
+            {**MIG, "gke_gpu_node_pools": pools_variable()},
+            "mig_partition_sizes lists the MIG partition pools",
+        ),
+        (
+            {**GKE, "gke_gpu_node_pools": pools_variable(mig_partition_sizes='["1g.10gb"]')},
+            "mig_partition_sizes lists the MIG partition pools",
+        ),
+        (
+            {**MIG, "gke_gpu_node_pools": pools_variable(mig_partition_sizes='["1g.10GB"]')},
+            "mig_partition_sizes must be MIG profiles",
         ),
         (
             {**GKE, "gke_gpu_node_pools": '{cluster="c",location="l"}'},

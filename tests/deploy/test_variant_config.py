@@ -56,6 +56,11 @@ SETTINGS = {
     "CASTSLICE_DRA_DEVICE_CLASS": "gpu.example.com",
     "CASTSLICE_DRA_CAPACITY": "example.com/slices",
     "CASTSLICE_DRA_GPU_MEMORY": "80Gi",
+    "CASTSLICE_MIG_GPU_MODELS": "H100-80GB,B200",
+    "CASTSLICE_MIG_PROFILES": "1g.10gb,1g.23gb",
+    "CASTSLICE_MIG_STACK": "single",
+    "CASTSLICE_MIG_FIT": "strict",
+    "CASTSLICE_MIG_WHOLE_GPU": "7g",
 }
 # The path token is for the public URL only; metrics for the chart only.
 VARIANT_SETTINGS = {

@@ -91,6 +91,12 @@ def node_manifest(backend: str, pool: Pool, name: str) -> Manifest:
     """The Node object a real node of `pool` would register, with its device plugin's
     capacity and the labels its GPU software puts on it."""
     labels, capacity = _gpu_side(backend, pool)
+    return shaped_node(name, labels, capacity)
+
+
+def shaped_node(name: str, labels: dict[str, str], capacity: dict[str, str]) -> Manifest:
+    """A KWOK node with `labels` and the extended resources `capacity`, as a real node's
+    GPU software (device plugin, GPU Feature Discovery, GKE) would leave it."""
     key, value = KWOK_NODE_LABEL
     resources = {**_NODE_RESOURCES, **capacity}
     return {
@@ -187,25 +193,34 @@ def create_nodes(
     api: kubernetes.client.ApiClient, backend: str, pools: Sequence[Pool]
 ) -> list[FakeNode]:
     """Create every node of `pools` and return once the scheduler may use them all."""
-    core = kubernetes.client.CoreV1Api(api)
     run = uuid.uuid4().hex[:6]
-    created: list[FakeNode] = []
+    nodes = [
+        FakeNode(f"{backend}-{pool.name}-{run}-{index}", pool)
+        for pool in pools
+        for index in range(pool.nodes)
+    ]
+    manifests = [node_manifest(backend, node.pool, node.name) for node in nodes]
+    create_shaped_nodes(api, manifests)
+    return nodes
+
+
+def create_shaped_nodes(api: kubernetes.client.ApiClient, manifests: Sequence[Manifest]) -> None:
+    """Create these nodes and return once the scheduler may use them all."""
+    core = kubernetes.client.CoreV1Api(api)
+    created: list[str] = []
     try:
-        for pool in pools:
-            for index in range(pool.nodes):
-                node = FakeNode(f"{backend}-{pool.name}-{run}-{index}", pool)
-                core.create_node(node_manifest(backend, pool, node.name))
-                created.append(node)
+        for manifest in manifests:
+            core.create_node(manifest)
+            created.append(manifest["metadata"]["name"])
         wait_until(
-            lambda: all(_schedulable(core, node.name) for node in created),
+            lambda: all(_schedulable(core, name) for name in created),
             timeout=_READY_TIMEOUT,
             what="KWOK to make the fake nodes Ready and untainted",
             interval=0.2,
         )
     except BaseException:
-        delete_nodes(api, [node.name for node in created])
+        delete_nodes(api, created)
         raise
-    return created
 
 
 def _schedulable(core: kubernetes.client.CoreV1Api, name: str) -> bool:

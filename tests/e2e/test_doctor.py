@@ -462,7 +462,7 @@ def test_nodes_without_the_shared_resource_fail_the_nodes_check(
         (
             "gke",
             "nvidia.com/gpu without GPU sharing (no cloud.google.com/gke-gpu-sharing-strategy "
-            "label)",
+            "label, no cloud.google.com/gke-gpu-partition-size label)",
             "add a GPU node pool without GPU sharing (gcloud container node-pools create with "
             "--accelerator=type=TYPE,count=N and no gpu-sharing-strategy), or set "
             "CASTSLICE_PRESETS and CASTSLICE_SHARING_DEGREES so that every preset fits a "

@@ -27,7 +27,7 @@ from .dra import DRIVER, delete_taint_rule, dra_nodes, ensure_taint_rule
 from .kubectl import Kubectl
 from .pods import GPU, IMAGE, create_namespace, list_pods, settle, unschedulable
 from .registration import APPLIED, register_and_wait
-from .tools import REPO_ROOT
+from .tools import REPO_ROOT, run_castslice
 
 pytestmark = pytest.mark.kubernetes("1.36")
 
@@ -48,18 +48,7 @@ def dra_castslice(module_castslice: StartServer, api: kubernetes.client.ApiClien
 
 def castslice(*args: str) -> str:
     """`python -m castslice ARGS` with the dra settings, as a user runs it; its stdout."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "castslice", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**environ, **SETTINGS, "PYTHONIOENCODING": "utf-8"},
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.stdout
+    return run_castslice(SETTINGS, *args).stdout
 
 
 def apply_templates(kubectl: Kubectl, namespace: str, slices: str = "1,2,3,4,8") -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,3 +120,19 @@ def kube_binaries(on_build: Callable[[str], None] | None = None) -> KubeBinaries
         kwok=directory / "kwok",
         kwok_stages=directory / "kwok-stages.yaml",
     )
+
+
+def run_castslice(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m castslice ARGS` as a user runs it, with `env` its only CASTSLICE_* settings."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "castslice", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**environ, **env, "PYTHONIOENCODING": "utf-8"},
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done

@@ -25,6 +25,8 @@ from castslice.backends.base import (
     Manifest,
     NodeCheck,
     Placement,
+    claim_operations,
+    claims_left_alone,
 )
 from castslice.backends.dra import devices_check, templates_check
 from castslice.backends.dra.claim_templates import (
@@ -35,41 +37,8 @@ from castslice.backends.dra.claim_templates import (
 )
 from castslice.backends.dra.gpu_view import read_device_view
 from castslice.contract.cluster import Cluster
-from castslice.contract.definitions import CONTAINER_LISTS
-from castslice.contract.kube import QUANTITY_FIELDS, PodSpec
-from castslice.contract.patch import GpuContainer, PatchOperation, escape_pointer_token
-
-# Pod-level claim names, one per GPU container in the Pod's order.
-CLAIM_PREFIX = "castslice-gpu-"
-_INIT_PATH = "/spec/initContainers/"
-_APP_PATH = "/spec/containers/"
-
-
-def claim_names(spec: PodSpec, containers: Sequence[GpuContainer]) -> list[str]:
-    """The claim each GPU container uses, numbered in the Pod's order of the claims' owners.
-
-    Claims are held for the Pod's whole life, so one per container would make a plain
-    init container cost a GPU share beyond the app's. A plain init container runs to
-    completion before any app container starts, so it uses the first app container's
-    claim (or, with none, the first plain init container's): the Pod then holds
-    max(init, sum(app)), as with a device plugin, and as the scheduler's own claims for
-    extended resources reuse requests (KEP-5004). A sidecar (`restartPolicy: Always`)
-    runs beside the others and keeps a claim of its own.
-    """
-    plain_init = {
-        c.path for c in containers if c.path.startswith(_INIT_PATH) and not _is_sidecar(spec, c)
-    }
-    host = next((c.path for c in containers if c.path.startswith(_APP_PATH)), None)
-    if host is None:
-        host = next((c.path for c in containers if c.path in plain_init), None)
-    owners = [c.path for c in containers if c.path not in plain_init or c.path == host]
-    numbers = {path: f"{CLAIM_PREFIX}{n}" for n, path in enumerate(owners)}
-    return [numbers[c.path] if c.path in numbers else numbers[host or ""] for c in containers]
-
-
-def _is_sidecar(spec: PodSpec, container: GpuContainer) -> bool:
-    index = int(container.path.rsplit("/", 1)[1])
-    return ((spec.get("initContainers") or [])[index] or {}).get("restartPolicy") == "Always"
+from castslice.contract.kube import PodSpec
+from castslice.contract.patch import GpuContainer, PatchOperation
 
 
 class DraBackend(Backend):
@@ -95,48 +64,15 @@ class DraBackend(Backend):
         )
 
     def left_alone(self, spec: PodSpec) -> LeftAlone | None:
-        if spec.get("resourceClaims") or any(
-            ((container or {}).get("resources") or {}).get("claims")
-            for list_name in CONTAINER_LISTS
-            for container in spec.get(list_name) or ()
-        ):
-            return LeftAlone("uses its own claims", "the Pod has its own resource claims")
-        if spec.get("nodeName"):
-            # Claims are allocated by the scheduler; a Pod bound by hand never gets its devices.
-            return LeftAlone("placed by hand", "spec.nodeName set by hand")
-        return None
+        return claims_left_alone(spec)
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
     ) -> list[PatchOperation]:
-        gpu_token = escape_pointer_token(self.config.gpu_resource)
-        operations: list[PatchOperation] = []
-        names = claim_names(spec, containers)
-        claims = [
-            {"name": f"{CLAIM_PREFIX}{n}", "resourceClaimTemplateName": placement.claim_template}
-            for n in range(len(set(names)))
-        ]
-        for container, claim in zip(containers, names, strict=True):
-            resources = container.resources
-            for field in QUANTITY_FIELDS:
-                if self.config.gpu_resource in (resources.get(field) or {}):
-                    path = f"{container.path}/resources/{field}/{gpu_token}"
-                    operations.append({"op": "remove", "path": path})
-            # `add` sets the member whether or not an empty list is there.
-            operations.append(
-                {
-                    "op": "add",
-                    "path": f"{container.path}/resources/claims",
-                    "value": [{"name": claim}],
-                }
-            )
-        if spec.get("resourceClaims") is None:
-            operations.append({"op": "add", "path": "/spec/resourceClaims", "value": claims})
-        else:
-            operations += [
-                {"op": "add", "path": "/spec/resourceClaims/-", "value": claim} for claim in claims
-            ]
-        return operations
+        assert placement.claim_template is not None
+        return claim_operations(
+            spec, containers, self.config.gpu_resource, placement.claim_template
+        )
 
     @functools.cached_property
     def _rendered_templates(self) -> frozenset[str]:

@@ -12,7 +12,15 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from castslice.backends.base import TemplateCounts, whole_gpus
+from castslice.backends.base import (
+    PART_OF,
+    TemplateCounts,
+    configured_counts,
+    enrolled_namespaces,
+    resource_claim_template,
+    template_slices,
+    whole_gpus,
+)
 from castslice.settings.config import MEBIBYTE, Config, memory_quantity
 
 Manifest = dict[str, Any]
@@ -50,15 +58,6 @@ class ClaimShape(NamedTuple):
     devices: int
     shares: int
     memory: int | None
-
-
-def template_slices(config: Config, slices: int) -> int:
-    """The slice count whose template serves `slices`: whole devices round up to a multiple of S.
-
-    `slice-ratio: "5"` and `"8"` both get two whole devices, so one template serves both.
-    """
-    per_gpu = config.slices_per_gpu
-    return slices if slices < per_gpu else whole_gpus(config, slices) * per_gpu
 
 
 def template_name(config: Config, slices: int) -> str:
@@ -99,8 +98,6 @@ def claim_template_spec(config: Config, slices: int) -> dict[str, Any]:
     return {"spec": {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}}
 
 
-# Every template carries it: doctor and `kubectl get -l` find them by it.
-PART_OF = ("app.kubernetes.io/part-of", "castslice")
 # Beyond this many templates per namespace, only the counts the settings name are rendered.
 MAX_TEMPLATES = 64
 
@@ -111,14 +108,6 @@ def reachable_counts(config: Config) -> list[int]:
     shares = range(1, min(per_gpu - 1, most) + 1)
     whole = range(per_gpu, template_slices(config, most) + 1, per_gpu) if most >= per_gpu else ()
     return [*shares, *whole]
-
-
-def configured_counts(config: Config) -> set[int]:
-    """The counts the presets, the enrolment policy's rules and the default give."""
-    counts = {config.default_slices, *config.presets.values()}
-    if config.policy is not None:
-        counts |= {rule.rule_slices for rule in config.policy.rules if rule.rule_slices}
-    return {template_slices(config, count) for count in counts}
 
 
 def default_counts(config: Config) -> TemplateCounts:
@@ -141,23 +130,6 @@ def default_counts(config: Config) -> TemplateCounts:
         f"{counts[-1]} so that slice-ratio cannot ask for more"
     )
     return TemplateCounts(counts, note)
-
-
-def enrolled_namespaces(config: Config) -> tuple[str, ...]:
-    """The namespaces an enrolling rule of the policy names exactly, in order, each once.
-
-    A glob (`ml-*`) names no namespace until one exists: those get templates by name.
-    """
-    if config.policy is None:
-        return ()
-    names = (
-        pattern.text
-        for rule in config.policy.rules
-        if rule.optimize
-        for pattern in rule.namespaces or ()
-        if pattern.regex is None
-    )
-    return tuple(dict.fromkeys(names))
 
 
 def chosen_counts(config: Config, asked: Iterable[int]) -> tuple[int, ...]:
@@ -187,16 +159,8 @@ def device_taint_rule(driver: str = NVIDIA_DRIVER) -> Manifest:
 
 
 def claim_template(config: Config, slices: int, namespace: str | None = None) -> Manifest:
-    metadata: dict[str, Any] = {"name": template_name(config, slices)}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    metadata["labels"] = {PART_OF[0]: PART_OF[1]}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceClaimTemplate",
-        "metadata": metadata,
-        "spec": claim_template_spec(config, slices),
-    }
+    name = template_name(config, slices)
+    return resource_claim_template(name, claim_template_spec(config, slices), namespace)
 
 
 def claim_templates(

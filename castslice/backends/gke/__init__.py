@@ -13,6 +13,8 @@ from typing import Any
 from castslice.backends.base import Placement, SharingPoolBackend, label_count
 
 STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
+# The MIG partition size of a GPU partition node pool: one nvidia.com/gpu is a partition.
+PARTITION = "cloud.google.com/gke-gpu-partition-size"
 MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 # GKE's spelling of the strategies.
 _GKE_STRATEGY = {"time-slicing": "time-sharing", "mps": "mps"}
@@ -51,9 +53,10 @@ class GkeBackend(SharingPoolBackend):
         return Placement(self.config.gpu_resource, 1, selector, Fraction(1, degree))
 
     def whole(self, gpus: int) -> Placement:
-        # Sharing nodes advertise nvidia.com/gpu too (one per client); without
-        # this a whole-GPU Pod could land on one and get a fraction.
-        return Placement(self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY,))
+        # Sharing nodes advertise nvidia.com/gpu too (one per client), and MIG partition
+        # nodes one per partition; without this a whole-GPU Pod could land on either and
+        # get a fraction.
+        return Placement(self.config.gpu_resource, gpus, {}, Fraction(gpus), (STRATEGY, PARTITION))
 
     def setup_hint(self) -> str:
         degrees = ",".join(str(degree) for degree in self.config.sharing_degrees)
@@ -65,7 +68,7 @@ class GkeBackend(SharingPoolBackend):
         )
 
     def describe(self) -> str:
-        return f"backend {self.name}"
+        return f"backend {self.name} ({self.isolation()})"
 
     def gpu_units(self, resource: str, labels: Mapping[str, str]) -> int | None:
         # A sharing node advertises one nvidia.com/gpu per client of each physical GPU.

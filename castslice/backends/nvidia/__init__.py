@@ -7,7 +7,7 @@ Discovery labels them with `nvidia.com/gpu.replicas` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -15,6 +15,9 @@ from castslice.backends.base import Placement, SharingPoolBackend, label_count
 
 REPLICAS = "nvidia.com/gpu.replicas"
 STRATEGY = "nvidia.com/gpu.sharing-strategy"
+# GPU Feature Discovery: whether the node's devices are configured for MPS
+# (k8s-device-plugin v0.20.0 README, "Catalog of Labels").
+MPS_CAPABLE = "nvidia.com/mps.capable"
 # The name the NVIDIA device plugin gives a shared GPU with `renameByDefault: true`.
 SHARED_SUFFIX = ".shared"
 
@@ -50,6 +53,24 @@ class NvidiaBackend(SharingPoolBackend):
             f"{REPLICAS}={replicas} and no {self.shared_resource}: time-slicing "
             f"with renameByDefault: false, so {self.config.gpu_resource} counts replicas"
         )
+
+    def node_problems(self, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Nodes labelled as MPS-sharing whose devices GFD does not find configured for MPS:
+        their clients get no memory limit, whatever the strategy label says."""
+        problems = []
+        for node in nodes:
+            metadata = node.get("metadata") or {}
+            labels = metadata.get("labels") or {}
+            if labels.get(STRATEGY) == "mps" and labels.get(MPS_CAPABLE) != "true":
+                problems.append(
+                    f"node {metadata.get('name')}: {STRATEGY}=mps but "
+                    f"{MPS_CAPABLE}={labels.get(MPS_CAPABLE, '(none)')}: the MPS control "
+                    "daemon does not run there, so no client's memory is limited"
+                )
+        return problems
+
+    def describe(self) -> str:
+        return f"{super().describe()} ({self.isolation()})"
 
     @classmethod
     def default_shared_resource(cls, gpu_resource: str) -> str:

@@ -69,10 +69,15 @@ def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) 
 def needed_placements(config: Config) -> list[tuple[Placement, list[int]]]:
     """Each distinct (resource, node labels) the backend uses, with the slice counts using it."""
     backend = backend_for(config)
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Placement, list[int]]] = {}
+    found: dict[tuple[object, ...], tuple[Placement, list[int]]] = {}
     for slices in range(1, config.slices_per_gpu + 1):
         placement = backend.place(slices)
-        key = (placement.resource, tuple(sorted(placement.node_selector.items())))
+        key = (
+            placement.resource,
+            tuple(sorted(placement.node_selector.items())),
+            placement.labels_in,
+            placement.absent_node_labels,
+        )
         found.setdefault(key, (placement, []))[1].append(slices)
     return list(found.values())
 
@@ -112,10 +117,11 @@ def room(
 
 
 def _describe(placement: Placement) -> str:
-    if not placement.node_selector:
+    labels = [f"{key}={value}" for key, value in sorted(placement.node_selector.items())]
+    labels += [f"{key} in ({', '.join(values)})" for key, values in placement.labels_in]
+    if not labels:
         return placement.resource
-    labels = ", ".join(f"{key}={value}" for key, value in sorted(placement.node_selector.items()))
-    return f"{placement.resource} with {labels}"
+    return f"{placement.resource} with {', '.join(labels)}"
 
 
 def _counts_text(counts: list[int]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from castslice.backends import Backend, Placement, backend_for, sharing_degree
+from castslice.backends import Backend, Placement, backend_for
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed
 from castslice.inspect.checks.capacity import is_usable, serves
@@ -35,7 +35,7 @@ def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
     found: list[str] = []
 
     whole = backend.place(config.slices_per_gpu)
-    smallest = smallest_whole_gpu_share(config)
+    smallest = smallest_whole_gpu_share(config, backend)
     stuck = whole_gpu_pods(config, smallest)
     if backend.whole_gpu_nodes_fix:
         serving = [node for node in usable if serves(backend, node, whole)]
@@ -58,12 +58,12 @@ def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
     return passed(CHECK, "GPU nodes: " + "; ".join(found))
 
 
-def smallest_whole_gpu_share(config: Config) -> int:
-    """The fewest slices that get whole GPUs: larger shares fit fewer clients per GPU."""
+def smallest_whole_gpu_share(config: Config, backend: Backend) -> int:
+    """The fewest slices placed as one whole GPU is: larger shares fit fewer clients per GPU
+    (or, with MIG, larger instances)."""
+    whole = backend.place(config.slices_per_gpu)
     return next(
-        slices
-        for slices in range(1, config.slices_per_gpu + 1)
-        if sharing_degree(config, slices) is None
+        slices for slices in range(1, config.slices_per_gpu + 1) if backend.place(slices) == whole
     )
 
 

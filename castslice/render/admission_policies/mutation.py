@@ -196,7 +196,8 @@ def original_entries(config: Config) -> Expr:
 
 def record(backend: str) -> Expr:
     """CEL for the decision record, byte for byte DecisionRecord.encode()."""
-    slices, source, backend_field, original = map(json_string, DecisionRecord.__struct_fields__)
+    # `instance` is left out when None, as it is on every backend policy mode renders.
+    slices, source, backend_field, original = map(json_string, DecisionRecord.__struct_fields__[:4])
     before_slices = "{" + slices + ":"
     before_source = "," + source + ":"
     before_original = f",{backend_field}:{json_string(backend)},{original}:{{"

@@ -9,7 +9,7 @@ the value's name as the application would refuse its variable. */}}
 {{- if and $.Values.sharedResource (gt (len (first (splitList "/" (toString $.Values.sharedResource)))) 253) }}
 {{- fail (printf "sharedResource: the domain of %q is longer than 253 characters (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
 {{- end }}
-{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
+{{- $default := get (dict "resource" (print "nvidia.com/gpu-shared") "nvidia" (print "" $.Values.gpuResource ".shared") "gke" (print "nvidia.com/gpu-shared") "dra" (print "nvidia.com/gpu-shared") "mig" (print "nvidia.com/gpu-shared")) (toString $.Values.backend) }}
 {{- if eq ($.Values.sharedResource | default $default) $.Values.gpuResource }}
 {{- if $.Values.sharedResource }}
 {{- fail (printf "sharedResource: %q is also gpuResource; the shared resource must differ from the one it replaces (CASTSLICE_SHARED_RESOURCE)" $.Values.sharedResource) }}
@@ -90,6 +90,23 @@ container declares and the one the application listens on cannot drift apart. */
 {{- end }}
 {{- $value = toString $.Values.strictSettings }}
 {{- $lines = append $lines (printf "CASTSLICE_STRICT_SETTINGS: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.mig.gpuModels }}{{ $value = join "," . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_GPU_MODELS: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.mig.profiles }}{{ $value = join "," . }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_PROFILES: %s" (quote $value)) }}
+{{- end }}
+{{- $value = "" }}
+{{- with $.Values.mig.stack }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_STACK: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.mig.fit }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_FIT: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_WHOLE_GPU: %s" (quote $value)) }}
 {{- join "\n" $lines }}
 {{- end -}}
 
@@ -132,6 +149,21 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.gpuModels }}{{ $value = join "," . }}{{ end }}
+{{- if and $value (ne $value "A100-80GB") }}{{ $flags = append $flags (printf "--mig-gpu-models %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.profiles }}{{ $value = join "," . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--mig-profiles %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.stack }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "mixed") }}{{ $flags = append $flags (printf "--mig-stack %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.fit }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "memory") }}{{ $flags = append $flags (printf "--mig-fit %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "gpu") }}{{ $flags = append $flags (printf "--mig-whole-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- join " " $flags }}
 {{- end -}}
 

@@ -1,0 +1,341 @@
+"""The `mig` backend with the real scheduler: Pods of 1/8, 1/4, 1/2 and 1 of a GPU on the
+MIG instances that hold them.
+
+Nodes are labelled and advertise exactly as the NVIDIA device plugin and GPU Feature
+Discovery v0.20.0 do under the `mixed` and `single` strategies, with mig-parted v0.15.0's
+layouts (tests/mig_nodes.py); for the `dra` stack, nodes publish MIG devices in
+ResourceSlices as the NVIDIA DRA driver v25.12.0 does, with its `mig.nvidia.com`
+DeviceClass. Users' manifests go in through `kubectl apply`; what is checked is where each
+Pod runs, what it asks for, and what doctor says before any Pod waits.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+
+from ..mig_nodes import gpu_node_side, mig_devices, resource_slice
+from .castslice_server import StartServer
+from .dra import delete_taint_rule, ensure_device_class
+from .kubectl import Kubectl
+from .nodes import clear_unscheduled_pods, create_shaped_nodes, delete_nodes, shaped_node
+from .pods import GPU, IMAGE, settle
+from .registration import APPLIED, register_and_wait
+from .tools import REPO_ROOT, run_castslice
+
+Manifest = dict[str, Any]
+
+MIXED = {
+    "CASTSLICE_BACKEND": "mig",
+    "CASTSLICE_SLICES_PER_GPU": "8",
+    "CASTSLICE_MIG_GPU_MODELS": "A100-80GB,H100-80GB",
+}
+SINGLE = {**MIXED, "CASTSLICE_MIG_STACK": "single"}
+DRA = {**MIXED, "CASTSLICE_MIG_STACK": "dra"}
+_TIMEOUT = 60.0
+# The scheduler's message for a Pod no node can take, whatever the reasons it lists.
+_NO_NODE = "nodes are available"
+# 1/8, 1/4, 1/2 and 1 of a GPU at S = 8.
+SHARES = {"eighth": 1, "quarter": 2, "half": 4, "whole": 8}
+
+
+def pod(name: str, slices: int | None, gpus: int = 1) -> Manifest:
+    metadata: Manifest = {"name": name}
+    if slices is not None:
+        metadata["annotations"] = {
+            "castops.io/optimize": "true",
+            "castops.io/slice-ratio": str(slices),
+        }
+    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: gpus}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [container]},
+    }
+
+
+@contextmanager
+def mig_nodes(
+    api: kubernetes.client.ApiClient,
+    namespace: str,
+    shapes: list[tuple[str, str, str, int]],
+) -> Iterator[dict[str, str]]:
+    """Nodes of (strategy, model, mig-parted layout, GPUs), by `<model> <layout>`; deleted after."""
+    clear_unscheduled_pods(api, namespace)
+    run = uuid.uuid4().hex[:6]
+    names = {
+        f"{model} {layout}": f"mig-{model.lower()}-{layout.replace('.', '')}-{run}"
+        for _, model, layout, _ in shapes
+    }
+    manifests = [
+        shaped_node(names[f"{model} {layout}"], *gpu_node_side(strategy, model, layout, gpus))
+        for strategy, model, layout, gpus in shapes
+    ]
+    create_shaped_nodes(api, manifests)
+    try:
+        yield names
+    finally:
+        delete_nodes(api, list(names.values()))
+
+
+def apply(kubectl: Kubectl, namespace: str, manifests: list[Manifest]) -> str:
+    return kubectl.apply(namespace, yaml.safe_dump_all(manifests))
+
+
+def placed(pods: list[Manifest]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Pod name -> (node, its container's limits) as the API server stored them."""
+    return {
+        p["metadata"]["name"]: (p["spec"]["nodeName"], p["spec"]["containers"][0]["resources"])
+        for p in pods
+    }
+
+
+@pytest.fixture(scope="module")
+def start(module_castslice: StartServer, api: kubernetes.client.ApiClient) -> Any:
+    def registered(settings: Mapping[str, str]) -> None:
+        register_and_wait(api, module_castslice(settings))
+
+    return registered
+
+
+def test_mixed_pods_run_on_the_instances_that_hold_them_and_a_plain_pod_on_a_whole_gpu(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start(MIXED)
+    shapes = [
+        ("mixed", "A100-80GB", "all-balanced", 1),
+        ("mixed", "H100-80GB", "all-1g.20gb", 1),
+        ("mixed", "A100-80GB", "all-disabled", 2),
+    ]
+    with mig_nodes(api, namespace, shapes) as nodes:
+        manifests = [pod(name, slices) for name, slices in SHARES.items()]
+        warnings = apply(kubectl_user, namespace, [*manifests, pod("plain", None)])
+        up, _ = settle(api, namespace, runs=5, waits=0, timeout=_TIMEOUT)
+    where = placed(up)
+    assert where["eighth"] == (
+        nodes["A100-80GB all-balanced"],
+        {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"nvidia.com/mig-1g.10gb": "1"}},
+    )
+    assert where["quarter"][0] == nodes["H100-80GB all-1g.20gb"]
+    assert where["quarter"][1]["limits"] == {"nvidia.com/mig-1g.20gb": "1"}
+    assert where["half"][0] == nodes["A100-80GB all-balanced"]
+    assert where["half"][1]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
+    assert where["whole"][0] == nodes["A100-80GB all-disabled"]
+    assert where["whole"][1]["limits"] == {GPU: "1"}
+    # Not opted in: exactly as written, and on the whole GPU (MIG GPUs advertise no nvidia.com/gpu).
+    plain = next(p for p in up if p["metadata"]["name"] == "plain")
+    assert APPLIED not in (plain["metadata"].get("annotations") or {})
+    assert where["plain"] == (
+        nodes["A100-80GB all-disabled"],
+        {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+    )
+    record = json.loads(
+        next(p for p in up if p["metadata"]["name"] == "half")["metadata"]["annotations"][APPLIED]
+    )
+    assert record["instance"] == "3g.40gb: 3/7 of the compute, 1/2 of the memory"
+    assert (
+        "mig: the Pod gets a MIG instance, 3g.40gb: 3/7 of the compute, 1/2 of the memory"
+        in warnings
+    )
+
+
+def test_single_pods_run_on_nodes_labelled_with_their_instance(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start(SINGLE)
+    shapes = [
+        ("single", "A100-80GB", "all-1g.10gb", 1),
+        ("single", "H100-80GB", "all-1g.20gb", 1),
+        ("single", "H100-80GB", "all-3g.40gb", 1),
+        ("single", "A100-80GB", "all-disabled", 1),
+    ]
+    with mig_nodes(api, namespace, shapes) as nodes:
+        apply(kubectl_user, namespace, [pod(name, slices) for name, slices in SHARES.items()])
+        up, _ = settle(api, namespace, runs=4, waits=0, timeout=_TIMEOUT)
+    where = {name: node for name, (node, _) in placed(up).items()}
+    assert where == {
+        "eighth": nodes["A100-80GB all-1g.10gb"],
+        "quarter": nodes["H100-80GB all-1g.20gb"],
+        "half": nodes["H100-80GB all-3g.40gb"],
+        "whole": nodes["A100-80GB all-disabled"],
+    }
+    for p in up:
+        assert p["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
+
+
+def test_doctor_names_a_profile_no_node_offers_before_any_pod_waits(
+    api: kubernetes.client.ApiClient, namespace: str, control_plane: Any, start: Any
+) -> None:
+    start(MIXED)
+    shapes = [
+        ("mixed", "A100-80GB", "all-balanced", 1),
+        ("mixed", "H100-80GB", "all-1g.20gb", 1),
+        ("mixed", "H100-80GB", "all-7g.80gb", 1),
+        ("mixed", "A100-80GB", "all-disabled", 1),
+    ]
+    kubeconfig = str(control_plane.kubeconfig)
+    with mig_nodes(api, namespace, shapes):
+        offered = run_castslice(MIXED, "doctor", "--kubeconfig", kubeconfig)
+        # strict: half a GPU is 4g.40gb, which no layout here has.
+        strict = run_castslice(
+            {**MIXED, "CASTSLICE_MIG_FIT": "strict"}, "doctor", "--kubeconfig", kubeconfig
+        )
+    assert offered.returncode == 0, offered.stdout
+    [nodes_line] = [line for line in offered.stdout.splitlines() if "nodes offer" in line]
+    assert "nvidia.com/mig-1g.10gb" in nodes_line and "nvidia.com/mig-3g.40gb" in nodes_line
+    assert "for Pods of 8 slices or more" in offered.stdout
+    assert strict.returncode == 1, strict.stdout
+    [missing] = [line for line in strict.stdout.splitlines() if "no Ready node offers" in line]
+    assert "no Ready node offers nvidia.com/mig-4g.40gb (for Pods of 4 slices)" in missing
+    assert "nvidia.com/mig.config=all-balanced" in strict.stdout
+
+
+# The DeviceClass the NVIDIA DRA driver's chart installs for MIG devices, copied from
+# tests/upstream/k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml with the chart's
+# conditionals dropped and its API version rendered for resource.k8s.io/v1.
+def mig_device_class() -> Manifest:
+    text = (
+        REPO_ROOT / "tests/upstream/k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml"
+    ).read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("{{")]
+    rendered = "\n".join(lines).replace(
+        '{{ include "nvidia-dra-driver-gpu.resourceApiVersion" . }}', "resource.k8s.io/v1"
+    )
+    manifest: Manifest = yaml.safe_load(rendered)
+    return manifest
+
+
+@pytest.mark.kubernetes("1.36")
+def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start(DRA)
+    # The dra backend's guard taints every device of the driver for its own claims alone;
+    # MIG devices are not shared between claims and need none.
+    delete_taint_rule(api)
+    resource = kubernetes.client.ResourceV1Api(api)
+    try:
+        resource.create_device_class(mig_device_class())
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
+    ensure_device_class(api)
+    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", "1,2,4")
+    kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
+    clear_unscheduled_pods(api, namespace)
+    run = uuid.uuid4().hex[:6]
+    layouts = {"A100-80GB": "all-balanced", "H100-80GB": "all-1g.20gb"}
+    names = {model: f"mig-dra-{model.lower()}-{run}" for model in layouts}
+    create_shaped_nodes(api, [shaped_node(name, {}, {}) for name in names.values()])
+    try:
+        for model, name in names.items():
+            resource.create_resource_slice(resource_slice(name, mig_devices(model, layouts[model])))
+        manifests = [pod(name, SHARES[name]) for name in ("eighth", "quarter", "half")]
+        apply(kubectl_user, namespace, manifests)
+        up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
+        allocated = {}
+        for p in up:
+            [status] = p["status"]["resourceClaimStatuses"]
+            claim = resource.read_namespaced_resource_claim(
+                status["resourceClaimName"], namespace, _preload_content=False
+            )
+            [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
+            allocated[p["metadata"]["name"]] = (result["pool"], result["device"].split("-")[3])
+        assert allocated == {
+            "eighth": (names["A100-80GB"], "1g10gb"),
+            "quarter": (names["H100-80GB"], "1g20gb"),
+            "half": (names["A100-80GB"], "3g40gb"),
+        }
+    finally:
+        delete_nodes(api, list(names.values()))
+        for name in names.values():
+            resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
+
+
+# GKE's partition node pools: "Each GPU partition appears as a regular GPU resource"
+# (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi): the node advertises one
+# nvidia.com/gpu per partition and is labelled with its partition size; every GKE node
+# names its pool, every GPU node its accelerator (as nodes.py's GKE nodes).
+def gke_node(name: str, pool: str, accelerator: str, partition: str | None, gpus: int) -> Manifest:
+    labels = {
+        "cloud.google.com/gke-nodepool": pool,
+        "cloud.google.com/gke-accelerator": accelerator,
+    }
+    if partition is not None:
+        labels["cloud.google.com/gke-gpu-partition-size"] = partition
+    return shaped_node(name, labels, {GPU: str(gpus)})
+
+
+@contextmanager
+def gke_nodes(
+    api: kubernetes.client.ApiClient, namespace: str, partitions: list[str | None]
+) -> Iterator[dict[str, str]]:
+    """One node per partition size (None: whole GPUs, two), A100-80GB, by size or "whole"."""
+    clear_unscheduled_pods(api, namespace)
+    run = uuid.uuid4().hex[:6]
+    names = {
+        size or "whole": f"gke-{(size or 'whole').replace('.', '')}-{run}" for size in partitions
+    }
+    # A partition pool's node: one GPU cut in as many partitions as one GPU holds (mig-parted).
+    per_gpu = {"1g.10gb": 7, "3g.40gb": 2}
+    manifests = [
+        gke_node(
+            names[size or "whole"],
+            f"pool-{size or 'whole'}".replace(".", ""),
+            "nvidia-a100-80gb",
+            size,
+            per_gpu[size] if size else 1,
+        )
+        for size in partitions
+    ]
+    create_shaped_nodes(api, manifests)
+    try:
+        yield names
+    finally:
+        delete_nodes(api, list(names.values()))
+
+
+def test_gke_partitions_take_their_share_and_whole_gpus_keep_off_them(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start({**MIXED, "CASTSLICE_MIG_STACK": "gke", "CASTSLICE_MIG_GPU_MODELS": "A100-80GB"})
+    with gke_nodes(api, namespace, ["1g.10gb", "3g.40gb", None]) as nodes:
+        apply(
+            kubectl_user,
+            namespace,
+            [pod("eighth", 1), pod("half", 4), pod("whole", 8), pod("second-whole", 8)],
+        )
+        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+    where = {name: node for name, (node, _) in placed(up).items()}
+    assert where["eighth"] == nodes["1g.10gb"]
+    assert where["half"] == nodes["3g.40gb"]
+    assert nodes["whole"] in where.values()
+    # One whole GPU in all: the other whole-GPU Pod waits rather than take a partition.
+    assert waiting["metadata"]["name"] in ("whole", "second-whole")
+
+
+def test_gke_backend_whole_gpu_pods_keep_off_partition_nodes(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start({"CASTSLICE_BACKEND": "gke"})
+    with gke_nodes(api, namespace, ["1g.10gb", None]) as nodes:
+        training = {"castops.io/optimize": "true", "castops.io/workload-type": "training"}
+        pods = [pod("trainer-0", None), pod("trainer-1", None)]
+        for manifest in pods:
+            manifest["metadata"]["annotations"] = training
+        apply(kubectl_user, namespace, pods)
+        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+    assert [p["spec"]["nodeName"] for p in up] == [nodes["whole"]]
+    affinity = waiting["spec"]["affinity"]["nodeAffinity"]
+    terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "cloud.google.com/gke-gpu-partition-size", "operator": "DoesNotExist"} in (
+        terms[0]["matchExpressions"]
+    )

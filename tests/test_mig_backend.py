@@ -1,0 +1,339 @@
+"""The `mig` backend: the smallest MIG instance that holds a share, written for each stack,
+and what the Pod really gets said in the record, the audit annotation and the warnings.
+
+Every patch is applied with jsonpatch and the whole Pod compared. The profile table itself
+is checked against NVIDIA's sources in test_mig_profiles.py; here the rule that picks from
+it is checked on every model, and the Pods on the issue's examples.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from castslice.backends import backend_for
+from castslice.backends.mig.profiles import MODELS
+from castslice.environment import load_config
+from castslice.settings.config import ConfigError
+from tests.factories import APPLIED, GPU, apply_response, gpu_container, make_pod, make_review
+from tests.test_http import review_response
+
+PRODUCT = "nvidia.com/gpu.product"
+PARTITION = "cloud.google.com/gke-gpu-partition-size"
+GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def mig(**env: str) -> dict[str, str]:
+    return {"CASTSLICE_BACKEND": "mig", "CASTSLICE_SLICES_PER_GPU": "8", **env}
+
+
+def pod_of(slices: int) -> dict:
+    annotations = {"castops.io/optimize": "true", "castops.io/slice-ratio": str(slices)}
+    return make_pod(annotations, containers=[gpu_container("app", "1")])
+
+
+def rewritten(pod: dict, resource: str, quantity: str, record: dict, affinity=None) -> dict:
+    want = copy.deepcopy(pod)
+    want["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", resource: quantity},
+        "limits": {resource: quantity},
+    }
+    if affinity is not None:
+        want["spec"]["affinity"] = {
+            "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": affinity}]}}
+        }
+    want["metadata"]["annotations"][APPLIED] = json.dumps(record, separators=(",", ":"))
+    return want
+
+
+def record(slices: int, instance: str | None) -> dict:
+    found = {
+        "slices": slices,
+        "source": "slice-ratio",
+        "backend": "mig",
+        "original": {"app": "1"},
+    }
+    if instance:
+        found["instance"] = instance
+    return found
+
+
+# Each GPU model, each share of S = 8: the profile memory-first and strict pick.
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("slices", range(1, 8))
+@pytest.mark.parametrize("fit", ["memory", "strict"])
+def test_the_smallest_instance_that_holds_the_share(model: str, slices: int, fit: str) -> None:
+    config = load_config(mig(CASTSLICE_MIG_GPU_MODELS=model, CASTSLICE_MIG_FIT=fit))
+    gpu = MODELS[model]
+    share = Fraction(slices, 8)
+    placement = backend_for(config).place(slices)
+    name = placement.resource.removeprefix("nvidia.com/mig-")
+    profile = gpu.profile(name)
+    assert profile is not None, placement
+    # It holds the share...
+    assert gpu.memory(profile) >= share
+    if fit == "strict":
+        assert gpu.compute(profile) >= share
+    # ...and no smaller profile of the model does.
+    for other in gpu.profiles:
+        holds = gpu.memory(other) >= share and (fit == "memory" or gpu.compute(other) >= share)
+        if holds:
+            assert (other.memory_slices, other.compute_slices) >= (
+                profile.memory_slices,
+                profile.compute_slices,
+            )
+    assert placement.instance is not None and placement.instance.startswith(f"{name}: ")
+
+
+# The issue's examples on an A100-80GB: no profile is exactly a quarter or a half.
+@pytest.mark.parametrize(
+    ("fit", "slices", "profile", "instance"),
+    [
+        ("memory", 1, "1g.10gb", "1g.10gb: 1/7 of the compute, 1/8 of the memory"),
+        ("memory", 2, "1g.20gb", "1g.20gb: 1/7 of the compute, 1/4 of the memory"),
+        ("strict", 2, "2g.20gb", "2g.20gb: 2/7 of the compute, 1/4 of the memory"),
+        ("memory", 4, "3g.40gb", "3g.40gb: 3/7 of the compute, 1/2 of the memory"),
+        ("strict", 4, "4g.40gb", "4g.40gb: 4/7 of the compute, 1/2 of the memory"),
+    ],
+)
+def test_mixed_asks_for_the_instance_and_says_what_it_is(
+    make_client: Callable[..., TestClient], fit: str, slices: int, profile: str, instance: str
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_FIT=fit))
+    pod = pod_of(slices)
+    response = review_response(client, make_review(pod))
+    assert apply_response(pod, response) == rewritten(
+        pod, f"nvidia.com/mig-{profile}", "1", record(slices, instance)
+    )
+    assert response["auditAnnotations"]["instance"] == instance
+    assert f"mig: the Pod gets a MIG instance, {instance}" in response["warnings"]
+
+
+def test_single_selects_the_gfd_product_label_of_every_model(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(
+        **mig(CASTSLICE_MIG_STACK="single", CASTSLICE_MIG_GPU_MODELS="A100-80GB,H200")
+    )
+    pod = pod_of(4)
+    response = review_response(client, make_review(pod))
+    products = [
+        "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+        "NVIDIA-A100-PCIE-80GB-MIG-3g.40gb",
+        "NVIDIA-H200-141GB-HBM3e-MIG-3g.71gb",
+    ]
+    instance = (
+        "A100-80GB 3g.40gb: 3/7 of the compute, 1/2 of the memory; "
+        "H200 3g.71gb: 3/7 of the compute, 1/2 of the memory"
+    )
+    assert apply_response(pod, response) == rewritten(
+        pod,
+        GPU,
+        "1",
+        record(4, instance),
+        [{"key": PRODUCT, "operator": "In", "values": products}],
+    )
+
+
+def test_gke_selects_the_partition_size(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_STACK="gke", CASTSLICE_MIG_GPU_MODELS="H100-80GB"))
+    pod = pod_of(1)
+    response = review_response(client, make_review(pod))
+    want = rewritten(pod, GPU, "1", record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"))
+    want["spec"]["nodeSelector"] = {PARTITION: "1g.10gb"}
+    assert apply_response(pod, response) == want
+
+
+@pytest.mark.parametrize(
+    ("stack", "absent"),
+    [
+        ("mixed", []),
+        ("single", ["nvidia.com/gpu.slices.gi"]),
+        ("gke", [GKE_SHARING, PARTITION]),
+    ],
+)
+def test_whole_gpus_never_land_on_a_mig_instance(
+    make_client: Callable[..., TestClient], stack: str, absent: list[str]
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_STACK=stack))
+    pod = pod_of(16)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {GPU: "2"}, "limits": {GPU: "2"}}
+    response = review_response(client, make_review(pod))
+    affinity = [{"key": key, "operator": "DoesNotExist"} for key in absent] or None
+    want = rewritten(pod, GPU, "2", {**record(16, None), "original": {"app": "2"}}, affinity)
+    del want["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    assert apply_response(pod, response) == want
+
+
+def test_whole_gpu_on_7g_instances_where_the_admin_says_so(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_WHOLE_GPU="7g"))
+    pod = pod_of(8)
+    response = review_response(client, make_review(pod))
+    instance = "7g.80gb: all of the compute, all of the memory"
+    assert apply_response(pod, response) == rewritten(
+        pod, "nvidia.com/mig-7g.80gb", "1", record(8, instance)
+    )
+
+
+def test_a_profile_the_settings_leave_out_is_named(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_PROFILES="1g.10gb,3g.40gb,7g.80gb"))
+    pod = pod_of(2)
+    response = review_response(client, make_review(pod))
+    assert apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/mig-3g.40gb": "1"
+    }
+    assert (
+        "mig: A100-80GB's 1g.20gb would hold 1/4 but CASTSLICE_MIG_PROFILES leaves it out"
+        in response["warnings"]
+    )
+
+
+def test_a_share_no_offered_profile_holds_gets_a_whole_gpu_and_is_told(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_PROFILES="1g.10gb"))
+    pod = pod_of(4)
+    response = review_response(client, make_review(pod))
+    limits = apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {GPU: "1"}
+    assert any("no MIG instance the settings offer holds 1/2" in w for w in response["warnings"])
+
+
+def test_mixed_with_two_models_names_the_one_it_leaves_out(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_GPU_MODELS="A100-80GB,H200"))
+    pod = pod_of(1)
+    response = review_response(client, make_review(pod))
+    limits = apply_response(pod, response)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-1g.10gb": "1"}
+    assert any(
+        "H200 nodes (where 1/8 takes 1g.18gb) are not used" in w for w in response["warnings"]
+    )
+
+
+def test_a_name_two_models_give_different_shares_is_kept_to_its_model(
+    make_client: Callable[..., TestClient],
+) -> None:
+    # 1g.10gb is a quarter of an A100-40GB's memory and an eighth of an A100-80GB's.
+    client = make_client(**mig(CASTSLICE_MIG_GPU_MODELS="A100-40GB,A100-80GB"))
+    pod = pod_of(2)
+    patched = apply_response(pod, review_response(client, make_review(pod)))
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/mig-1g.10gb": "1"
+    }
+    assert patched["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": PRODUCT,
+                    "operator": "In",
+                    "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"],
+                }
+            ]
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"CASTSLICE_MIG_GPU_MODELS": "A100"}, "'A100' is not one of"),
+        ({"CASTSLICE_MIG_GPU_MODELS": "H200,H200"}, "H200 is listed twice"),
+        ({"CASTSLICE_MIG_PROFILES": "3g.40gb,3g.41gb"}, "'3g.41gb' is not one of"),
+        ({"CASTSLICE_MIG_STACK": "hami"}, "CASTSLICE_MIG_STACK='hami' must be one of"),
+        ({"CASTSLICE_MIG_FIT": "compute"}, "CASTSLICE_MIG_FIT='compute' must be one of"),
+    ],
+)
+def test_bad_mig_settings_are_refused_by_name(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(mig(**env))
+
+
+UPSTREAM = Path(__file__).parent / "upstream"
+
+
+def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(**mig(CASTSLICE_MIG_STACK="dra"))
+    pod = pod_of(4)
+    response = review_response(client, make_review(pod))
+    want = copy.deepcopy(pod)
+    want["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1"},
+        "limits": {},
+        "claims": [{"name": "castslice-gpu-0"}],
+    }
+    want["spec"]["resourceClaims"] = [
+        {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-mig-4-of-8"}
+    ]
+    instance = "3g.40gb: 3/7 of the compute, 1/2 of the memory"
+    want["metadata"]["annotations"][APPLIED] = json.dumps(
+        record(4, instance), separators=(",", ":")
+    )
+    assert apply_response(pod, response) == want
+    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    assert templates is not None
+    (template,) = templates.manifests([None], [4])
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "mig.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [
+            {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+        ],
+    }
+
+
+def test_the_dra_names_are_the_nvidia_drivers() -> None:
+    # The DeviceClass the claims name, and the attributes their CEL reads, as the NVIDIA DRA
+    # driver v25.12.0 ships and publishes them.
+    device_class = (UPSTREAM / "k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml").read_text()
+    assert "  name: mig.nvidia.com\n" in device_class
+    assert "device.attributes['gpu.nvidia.com'].type == 'mig'" in device_class
+    info = (UPSTREAM / "k8s-dra-driver-gpu-v25.12.0-deviceinfo.go.txt").read_text()
+    mig_device = info.split("func (d *MigDeviceInfo) GetDevice() resourceapi.Device {")[1]
+    for attribute in ('"profile": {', '"productName": {', '"type": {'):
+        assert attribute in mig_device.split("Capacity:")[0]
+    assert "StringValue: &d.parent.productName" in mig_device
+
+
+def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
+    config = load_config(
+        mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS="A100-40GB,H100-80GB")
+    )
+    templates = backend_for(config).claim_templates()
+    assert templates is not None
+    (template,) = templates.manifests(["ml"], [2])
+    assert template["metadata"] == {
+        "name": "castslice-mig-2-of-8",
+        "namespace": "ml",
+        "labels": {"app.kubernetes.io/part-of": "castslice"},
+    }
+    (selector,) = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    attributes = "device.attributes['gpu.nvidia.com']"
+    assert selector["cel"]["expression"] == (
+        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in "
+        "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']) || "
+        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in "
+        "['NVIDIA H100 80GB HBM3'])"
+    )
+    whole = templates.manifests([None], [8])[0]["spec"]["spec"]["devices"]["requests"][0]
+    assert whole["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }

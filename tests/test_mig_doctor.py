@@ -1,0 +1,156 @@
+"""`castslice doctor` on MIG nodes: the profiles the settings can give against what the
+nodes offer, MIG layouts not applied, and Pods waiting for an instance.
+
+Nodes are shaped as the NVIDIA device plugin and GPU Feature Discovery v0.20.0 show them
+(tests/mig_nodes.py); the live behaviour is in tests/e2e/test_mig.py.
+"""
+
+from __future__ import annotations
+
+from castslice.contract.findings import Status
+from castslice.environment import load_config
+from castslice.inspect.checks import capacity, gpu_nodes, pending
+from tests.mig_nodes import gpu_node_side, node
+
+
+def mig(**env: str):
+    return load_config({"CASTSLICE_BACKEND": "mig", "CASTSLICE_SLICES_PER_GPU": "8", **env})
+
+
+def cluster(strategy: str, *layouts: tuple[str, str], state: str = "success") -> list[dict]:
+    return [
+        node(f"{model}-{config}", *gpu_node_side(strategy, model, config, state=state))
+        for model, config in layouts
+    ]
+
+
+MIXED = cluster(
+    "mixed",
+    ("A100-80GB", "all-balanced"),
+    ("H100-80GB", "all-1g.20gb"),
+    ("H100-80GB", "all-7g.80gb"),
+    ("A100-80GB", "all-disabled"),
+)
+
+
+def test_nodes_offering_every_instance_pass() -> None:
+    config = mig(CASTSLICE_MIG_GPU_MODELS="A100-80GB,H100-80GB")
+    result = capacity.assess(config, MIXED, [])
+    assert result.status is Status.OK, result.message
+    assert "nvidia.com/mig-1g.20gb on 1 node" in result.message
+
+
+def test_a_profile_nobody_offers_is_named_with_the_layout_that_gives_it() -> None:
+    # strict: a half is 4g.40gb, which no node's layout has.
+    config = mig(CASTSLICE_MIG_GPU_MODELS="A100-80GB,H100-80GB", CASTSLICE_MIG_FIT="strict")
+    result = capacity.assess(config, MIXED, [])
+    assert result.status is Status.FAILED
+    assert "no Ready node offers nvidia.com/mig-4g.40gb (for Pods of 4 slices)" in (result.message)
+    assert "nvidia.com/mig.config=all-balanced" in result.fix
+    assert "all-4g.40gb" in result.fix
+
+
+def test_single_nodes_are_found_by_their_product_label() -> None:
+    nodes = cluster(
+        "single",
+        ("A100-80GB", "all-1g.10gb"),
+        ("A100-80GB", "all-1g.20gb"),
+        ("A100-80GB", "all-3g.40gb"),
+        ("A100-80GB", "all-7g.80gb"),
+        ("A100-80GB", "all-disabled"),
+    )
+    config = mig(CASTSLICE_MIG_STACK="single")
+    result = capacity.assess(config, nodes, [])
+    assert result.status is Status.OK, result.message
+    # Without the 1g.20gb node a quarter has nowhere to go.
+    result = capacity.assess(config, [nodes[0], *nodes[2:]], [])
+    assert result.status is Status.FAILED
+    assert "NVIDIA-A100-SXM4-80GB-MIG-1g.20gb" in result.message
+
+
+def test_a_layout_pending_or_failed_is_named() -> None:
+    config = mig()
+    nodes = [*MIXED, *cluster("mixed", ("A100-80GB", "all-balanced"), state="failed")]
+    nodes[-1]["metadata"]["name"] = "broken"
+    result = capacity.assess(config, nodes, [])
+    assert result.status is Status.FAILED
+    assert (
+        "node broken: nvidia.com/mig.config.state=failed (nvidia.com/mig.config=all-balanced)"
+        in result.message
+    )
+
+
+def test_a_single_strategy_node_with_mixed_profiles_is_named() -> None:
+    nodes = cluster("single", ("A100-80GB", "all-balanced"))
+    result = capacity.assess(mig(CASTSLICE_MIG_STACK="single"), nodes, [])
+    assert "NVIDIA-A100-SXM4-80GB-MIG-INVALID" in result.message
+
+
+def test_whole_gpu_pods_need_a_gpu_without_mig() -> None:
+    only_mig = [n for n in MIXED if "disabled" not in n["metadata"]["name"]]
+    result = gpu_nodes.assess(mig(), only_mig)
+    assert result.status is Status.FAILED
+    assert gpu_nodes.assess(mig(), MIXED).status is Status.OK
+
+
+def waiting(message: str) -> dict:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ml",
+            "annotations": {"castslice.castops.io/applied": "{}"},
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+
+
+def test_the_pending_check_reads_each_stacks_scheduler_message() -> None:
+    mixed = waiting("0/4 nodes are available: 4 Insufficient nvidia.com/mig-3g.40gb.")
+    result = pending.assess(mig(), [mixed])
+    assert "Insufficient nvidia.com/mig-3g.40gb" in result.message
+    single = waiting(
+        "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector."
+    )
+    result = pending.assess(mig(CASTSLICE_MIG_STACK="single"), [single])
+    assert result.status is Status.FAILED
+    assert "no node with the labels it selects" in result.message
+
+
+def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices() -> None:
+    from castslice.backends import backend_for
+    from castslice.backends.mig import devices_check
+    from tests.mig_nodes import mig_devices, resource_slice
+
+    config = mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS="A100-80GB,H100-80GB")
+    backend = backend_for(config)
+    (check,) = backend.node_checks() or ()
+    assert check.name == "mig devices"
+    needed = backend.needed_instances()  # type: ignore[attr-defined]
+    deviceclass = {"metadata": {"name": "mig.nvidia.com"}}
+    balanced = resource_slice("a100", mig_devices("A100-80GB", "all-balanced"))
+    quarters = resource_slice("h100", mig_devices("H100-80GB", "all-1g.20gb"))
+    full = resource_slice("h100-full", mig_devices("H100-80GB", "all-7g.80gb"))
+    result = devices_check.assess(needed, deviceclass, [balanced, quarters, full], "fix")
+    assert result.status is Status.OK, result.message
+    result = devices_check.assess(needed, deviceclass, [balanced, full], "fix")
+    assert result.status is Status.FAILED
+    assert result.message == (
+        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb is published (for Pods of 2 slices)"
+    )
+    missing_class = devices_check.assess(needed, None, [balanced], "fix")
+    assert "no DeviceClass mig.nvidia.com" in missing_class.message
+
+
+def test_only_pods_of_a_whole_gpu_need_a_gpu_without_mig() -> None:
+    result = gpu_nodes.assess(mig(CASTSLICE_PRESETS="dev=1,training=8"), MIXED)
+    assert "for Pods of 8 slices or more (preset training)" in result.message
