@@ -264,6 +264,7 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
         (["--trace", "missing.csv"], "castslice plan: cannot read --trace missing.csv"),
         (["-f", "-"], "castslice plan: the workload asks for no GPUs: nothing to plan"),
         (["--kubeconfig", "missing.kubeconfig"], "there is no such file"),
+        (["--backend", "mig", "-f", "-"], "plan: the mig backend's instances are not counted"),
     ],
 )
 def test_bad_input_exits_2_with_what_was_wrong(argv: list[str], message: str) -> None:
@@ -271,6 +272,17 @@ def test_bad_input_exits_2_with_what_was_wrong(argv: list[str], message: str) ->
     assert done.returncode == cli.EXIT_USAGE
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_backend_plan_cannot_count_is_never_a_candidate() -> None:
+    # MIG instances come in NVIDIA's fixed layouts, not in the shares plan packs.
+    result = plan(load_config({}), shares("0.13", "0.5") + whole(2))
+    assert {item.settings["backend"] for item in result.candidates} == {
+        "resource",
+        "nvidia",
+        "gke",
+        "dra",
+    }
 
 
 def test_today_is_the_configuration_the_flags_set() -> None:

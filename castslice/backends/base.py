@@ -188,6 +188,9 @@ class Backend:
     placement_keys: ClassVar[tuple[str, ...]] = ()
     # Why `castslice policy` cannot render this backend, or None when it can.
     policy_mode_refusal: ClassVar[str | None] = None
+    # Why `castslice plan` cannot count this backend's GPUs, or None when it can: plan then
+    # leaves it out of its candidates.
+    plan_refusal: ClassVar[str | None] = None
     # How to add nodes without GPU sharing, which whole-GPU Pods need; "" when
     # whole-GPU Pods land on the same nodes as shared ones.
     whole_gpu_nodes_fix: ClassVar[str] = ""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from castslice.backends import backend_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.flags import config_from, effective_environment
 from castslice.cli.preview import POD_KIND, manifest_kind, preview
@@ -84,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
+    refusal = backend_for(config).plan_refusal
+    if refusal:
+        raise CommandError(refusal)
     try:
         tasks = _tasks(args, config)
     except (ManifestError, WorkloadError) as error:

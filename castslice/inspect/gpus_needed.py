@@ -448,7 +448,9 @@ def environment_of(settings: Mapping[str, Any]) -> dict[str, str]:
 def candidate_configs(config: Config) -> Iterable[tuple[str, Config]]:
     """Each backend with each setting worth trying, named as the table shows it; each a
     complete configuration (rescaled() keeps the presets' and default's shares)."""
-    for backend in BACKENDS:
+    for backend, backend_type in BACKENDS.items():
+        if backend_type.plan_refusal is not None:
+            continue
         # Today's backend keeps today's resource names; another takes its own default.
         shared = config.shared_resource if backend == config.backend else ""
         base = replace(config, backend=backend, shared_resource=shared)

@@ -68,6 +68,11 @@ SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
 class MigBackend(Backend):
     name = "mig"
     placement_keys = (PRODUCT, PARTITION)
+    plan_refusal = (
+        "the mig backend's instances are not counted yet: a MIG GPU is cut into NVIDIA's "
+        "fixed layouts, not into the shares plan packs; compare layouts with "
+        "docs/backends.md#mig"
+    )
     policy_mode_refusal = (
         "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
         "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
