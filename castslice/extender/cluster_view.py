@@ -13,19 +13,12 @@ request is read from its claims (`status.resourceClaimStatuses`): `count` device
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from castslice.contract.scheduling import allocatable, count, pod_request
-from castslice.extender.fragmentation import (
-    MILLI,
-    NodeFree,
-    PodShape,
-    extender_score,
-    fragmentation,
-    typical_pods,
-)
+from castslice.extender.fragmentation import MILLI, NodeFree, PodShape, Scorer, typical_pods
 
 Manifest = dict[str, Any]
 
@@ -35,10 +28,11 @@ MODEL_LABEL = "nvidia.com/gpu.product"
 # Pods whose resources are released: they hold nothing on their node.
 _DONE = ("Succeeded", "Failed")
 # The typical Pods are learnt again once the Pods seen have grown by this share: between
-# two lessons the node fragmentations computed stay valid and are remembered.
+# two lessons the node fragmentations and scores computed stay valid and are remembered.
 _RELEARN = 1.05
-# Remembered fragmentations at most; past it they are forgotten at once.
-_MEMO_SIZE = 200_000
+# Scores remembered per node (one per Pod shape asked about) at most; past it they are
+# forgotten at once.
+_SCORES_PER_NODE = 256
 # A node's Pods whose shape is not known yet (their claims not seen) are retried at most
 # this many at a time per score call, so a backlog never slows a call down much.
 _RESOLVE_BATCH = 256
@@ -73,6 +67,16 @@ class _Node:
 
 
 @dataclass
+class _Known:
+    """A node's free resources and its scores per Pod shape, valid until an event touches
+    the node or the typical Pods are learnt again."""
+
+    free: NodeFree | None
+    # Pod shape's number (`ClusterView._shape_numbers`) -> score
+    scores: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
 class ClusterView:
     """The cluster as the watches last said; every method takes the lock."""
 
@@ -89,7 +93,19 @@ class ClusterView:
     _typical: list[tuple[PodShape, float]] | None = None
     _learnt_from: int = 0
     _resolved: int = 0
-    _memo: dict[NodeFree, float] = field(default_factory=dict)
+    _scorer: Scorer = field(default_factory=lambda: Scorer([]))
+    # Indexes the watch events keep, so a node's free resources are counted from its own
+    # Pods and devices: node -> Pod uids, node -> slice names, device key -> node, device
+    # key -> shares the allocated claims consume of it.
+    _pods_on: dict[str, set[str]] = field(default_factory=dict)
+    _slices_on: dict[str, set[str]] = field(default_factory=dict)
+    _device_node: dict[str, str] = field(default_factory=dict)
+    _consumed: dict[str, int] = field(default_factory=dict)
+    # What is known of each node; an event that touches a node forgets its entry.
+    _known: dict[str, _Known] = field(default_factory=dict)
+    # A number per Pod shape asked about, so each node's remembered scores are looked up by
+    # a small integer rather than by hashing the shape once per node.
+    _shape_numbers: dict[PodShape, int] = field(default_factory=dict)
 
     # ---- watch events
 
@@ -98,7 +114,8 @@ class ClusterView:
         with self._lock:
             self._table(kind).clear()
             for item in items:
-                self._apply(kind, "ADDED", item)
+                self._apply(kind, "ADDED", item, index=False)
+            self._reindex()
 
     def apply(self, kind: str, event: str, item: Manifest) -> None:
         with self._lock:
@@ -113,7 +130,9 @@ class ClusterView:
         }
         return tables[kind]
 
-    def _apply(self, kind: str, event: str, item: Manifest) -> None:
+    def _apply(self, kind: str, event: str, item: Manifest, index: bool = True) -> None:
+        """Record one object; with `index`, keep the indexes and forget what is known of
+        the nodes it touches (before and after), else leave that to `_reindex`."""
         metadata = item.get("metadata") or {}
         name = metadata.get("name") or ""
         if kind == "nodes":
@@ -125,30 +144,129 @@ class ClusterView:
                     allocatable(item, "memory"),
                     (metadata.get("labels") or {}).get(MODEL_LABEL, ""),
                 )
+            if index:
+                self._known.pop(name, None)
         elif kind == "resourceslices":
+            old_slice = self._slices.get(name)
             if event == "DELETED":
                 self._slices.pop(name, None)
             else:
                 self._slices[name] = _read_slice(item, self.capacity)
+            if index:
+                self._index_slice(name, old_slice, self._slices.get(name))
         elif kind == "resourceclaims":
             key = (metadata.get("namespace") or "", name)
+            old_claim = self._claims.get(key)
             if event == "DELETED":
                 self._claims.pop(key, None)
             else:
                 self._claims[key] = _read_claim(item, self.capacity)
+            if index:
+                self._index_claim(old_claim, self._claims.get(key))
         elif kind == "pods":
             uid = metadata.get("uid") or name
+            known = self._pods.get(uid)
             if event == "DELETED":
                 self._pods.pop(uid, None)
                 self._unresolved.discard(uid)
             else:
-                known = self._pods.get(uid)
                 pod = self._read_pod(item)
                 if known is not None and known.shape is not None:
                     pod.shape = known.shape
                 self._pods[uid] = pod
                 if pod.shape is None:
                     self._unresolved.add(uid)
+            if index:
+                self._index_pod(uid, known, self._pods.get(uid))
+
+    # ---- the indexes: each event moves what it changed, and forgets its nodes' entries
+
+    def _index_pod(self, uid: str, old: _Pod | None, new: _Pod | None) -> None:
+        if old is not None and new is not None and _holding(old) == _holding(new):
+            # Most Pod events change nothing its node counts (status, labels).
+            return
+        for pod in (old, new):
+            if pod is not None:
+                self._known.pop(pod.node, None)
+        if old is not None:
+            self._pods_on.get(old.node, set()).discard(uid)
+        if new is not None:
+            self._pods_on.setdefault(new.node, set()).add(uid)
+
+    def _index_slice(
+        self,
+        name: str,
+        old: tuple[str, list[tuple[str, int]]] | None,
+        new: tuple[str, list[tuple[str, int]]] | None,
+    ) -> None:
+        if old is not None:
+            node_name, devices = old
+            self._known.pop(node_name, None)
+            self._slices_on.get(node_name, set()).discard(name)
+            for key, _ in devices:
+                if self._device_node.get(key) == node_name:
+                    del self._device_node[key]
+        if new is not None:
+            node_name, devices = new
+            self._known.pop(node_name, None)
+            self._slices_on.setdefault(node_name, set()).add(name)
+            for key, _ in devices:
+                self._device_node[key] = node_name
+
+    def _index_claim(self, old: _Claim | None, new: _Claim | None) -> None:
+        if old is not None and new is not None and old.allocated == new.allocated:
+            return
+        for claim, sign in ((old, -1), (new, 1)):
+            if claim is None:
+                continue
+            for key, shares in claim.allocated:
+                self._consumed[key] = self._consumed.get(key, 0) + sign * shares
+                if not self._consumed[key]:
+                    del self._consumed[key]
+                node_name = self._device_node.get(key)
+                if node_name is not None:
+                    self._known.pop(node_name, None)
+
+    def _reindex(self) -> None:
+        """Every index again from the tables, and nothing known: after a fresh list."""
+        self._known.clear()
+        self._pods_on, self._slices_on = {}, {}
+        self._device_node, self._consumed = {}, {}
+        for uid, pod in self._pods.items():
+            self._pods_on.setdefault(pod.node, set()).add(uid)
+        for name, (node_name, devices) in self._slices.items():
+            self._slices_on.setdefault(node_name, set()).add(name)
+            for key, _ in devices:
+                self._device_node[key] = node_name
+        for claim in self._claims.values():
+            for key, shares in claim.allocated:
+                self._consumed[key] = self._consumed.get(key, 0) + shares
+
+    def _free(self, name: str) -> NodeFree | None:
+        """The node's free resources from its own Pods and devices (what `_frees` counts
+        over the whole cluster)."""
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        cpu, memory = node.cpu_milli, node.memory
+        for uid in self._pods_on.get(name, ()):
+            pod = self._pods[uid]
+            if not pod.done:
+                cpu -= pod.cpu_milli
+                memory -= pod.memory
+        gpus: list[int] = []
+        for slice_name in sorted(self._slices_on.get(name, ())):
+            gpus += [
+                max(0, offered - self._consumed.get(key, 0)) * MILLI // offered
+                for key, offered in self._slices[slice_name][1]
+            ]
+        return NodeFree(cpu, tuple(gpus), node.model, memory)
+
+    def _known_of(self, name: str) -> _Known:
+        known = self._known.get(name)
+        if known is None:
+            known = self._known[name] = _Known(self._free(name))
+        return known
 
     def _read_pod(self, item: Manifest) -> _Pod:
         metadata, spec = item.get("metadata") or {}, item.get("spec") or {}
@@ -214,23 +332,20 @@ class ClusterView:
             shapes = [pod.shape for pod in self._pods.values() if pod.shape is not None]
             self._typical = typical_pods(shapes)
             self._learnt_from = self._resolved = len(shapes)
-            self._memo.clear()
+            self._scorer = Scorer(self._typical)
+            # Every score was over the old typical Pods; the free resources stay.
+            for known in self._known.values():
+                known.scores.clear()
+            self._shape_numbers.clear()
         return self._typical
 
-    def _measure(self, typical: list[tuple[PodShape, float]]) -> Callable[[NodeFree], float]:
-        memo = self._memo
-
-        def measure(node: NodeFree) -> float:
-            found = memo.get(node)
-            if found is None:
-                if len(memo) >= _MEMO_SIZE:
-                    memo.clear()
-                found = memo[node] = fragmentation(node, typical)
-            return found
-
-        return measure
-
     def free(self, node_name: str) -> NodeFree | None:
+        with self._lock:
+            return self._known_of(node_name).free
+
+    def recounted(self, node_name: str) -> NodeFree | None:
+        """The node's free resources counted again over every Pod and claim, as `free`
+        must find them (for an operator's check and the tests)."""
         with self._lock:
             return self._frees([node_name]).get(node_name)
 
@@ -251,23 +366,30 @@ class ClusterView:
         """
         read = self._read_pod(pod)
         with self._lock:
-            typical = self._typical_locked()
+            self._typical_locked()
             shape = self._shape(read)
             if shape is None:
                 return [(name, 0) for name in node_names]
-            frees = self._frees(node_names)
-            measure = self._measure(typical)
-            return [
-                (name, extender_score(free, shape, typical, measure) if free else 0)
-                for name in node_names
-                for free in [frees.get(name)]
-            ]
+            number = self._shape_numbers.setdefault(shape, len(self._shape_numbers))
+            scorer, scored = self._scorer, []
+            for name in node_names:
+                known = self._known_of(name)
+                score = known.scores.get(number)
+                if score is None:
+                    if known.free is None:
+                        score = 0
+                    else:
+                        if len(known.scores) >= _SCORES_PER_NODE:
+                            known.scores.clear()
+                        score = known.scores[number] = scorer.score(known.free, shape)
+                scored.append((name, score))
+            return scored
 
     def summary(self) -> dict[str, Any]:
         """Each node's free CPU and GPU thousandths, and the typical shapes: what the
         extender believes, for an operator (and a test) to read."""
         with self._lock:
-            frees = self._frees(list(self._nodes))
+            frees = {name: free for name in self._nodes if (free := self._known_of(name).free)}
             typical = self._typical_locked()
         return {
             "nodes": {
@@ -307,6 +429,11 @@ class ClusterView:
             name: NodeFree(cpu[name], tuple(gpus[name]), self._nodes[name].model, memory[name])
             for name in cpu
         }
+
+
+def _holding(pod: _Pod) -> tuple[str, int, int, bool]:
+    """What of a Pod its node's free resources count."""
+    return pod.node, pod.cpu_milli, pod.memory, pod.done
 
 
 def _milli(value: object) -> int:

@@ -290,3 +290,115 @@ def extender_score(
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
     return fgd_score(node, pod, typical, gpu, measure) * KEY_RANGE + packing_key(after or node)
+
+
+# ---- the same score, fast: what the extender computes for every node on every call
+
+# The key a node's fragmentation is remembered under: its free GPU thousandths sorted (the
+# fragmentation does not depend on their order), its model, and where its free CPU and
+# memory fall among the typical Pods' (whether each typical Pod fits the host is all the
+# fragmentation reads of them), so nodes that differ only where no typical Pod looks share
+# one entry.
+_FragmentationKey = tuple[tuple[int, ...], str, int, int]
+# Fragmentations remembered at most; past it they are forgotten at once.
+_REMEMBERED = 200_000
+
+
+class Scorer:
+    """`extender_score` and `fragmentation` over one typical-pod distribution, with each
+    fragmentation remembered, giving exactly the same numbers: the typical Pods are visited
+    in their order and each frequency is added as `fragmentation` adds it, so every float
+    comes out bit for bit the same (a test compares them on random and trace nodes)."""
+
+    def __init__(self, typical: TypicalPods) -> None:
+        self.typical = list(typical)
+        self._cpus = sorted({pod.cpu_milli for pod, _ in typical})
+        self._memories = sorted({pod.memory for pod, _ in typical})
+        cpu_index = {cpu: index for index, cpu in enumerate(self._cpus)}
+        memory_index = {memory: index for index, memory in enumerate(self._memories)}
+        # Per typical Pod in order: frequency, GPU thousandths (0: asks no GPU, never Q3),
+        # GPUs, the index of its CPU and its memory among the distinct ones, its models.
+        self._rows = [
+            (frequency, pod.gpu_milli, pod.gpus, cpu_index[pod.cpu_milli],
+             memory_index[pod.memory], frozenset(pod.models))
+            for pod, frequency in typical
+        ]  # fmt: skip
+        self._remembered: dict[_FragmentationKey, float] = {}
+
+    def _key(
+        self, lefts: Iterable[int], model: str, cpu_milli: int, memory: int
+    ) -> _FragmentationKey:
+        return (
+            tuple(sorted(lefts)),
+            model,
+            bisect.bisect_right(self._cpus, cpu_milli),
+            bisect.bisect_right(self._memories, memory),
+        )
+
+    def _fragmentation(self, key: _FragmentationKey) -> float:
+        found = self._remembered.get(key)
+        if found is not None:
+            return found
+        lefts, model, cpus_fitting, memories_fitting = key
+        below = list(itertools.accumulate(lefts, initial=0))
+        total = below[-1]
+        count = len(lefts)
+        amount = 0.0
+        for frequency, milli, gpus, cpu, memory, models in self._rows:
+            # Q3: the Pod asks a GPU, may run on this model, its host needs fit, and enough
+            # GPUs have its share free; then only the GPUs short of its share count.
+            if (
+                milli
+                and (not models or (model and model in models))
+                and cpu < cpus_fitting
+                and memory < memories_fitting
+            ):
+                short = bisect.bisect_left(lefts, milli)
+                if count - short >= gpus:
+                    amount += frequency * below[short]
+                    continue
+            amount += frequency * total
+        if len(self._remembered) >= _REMEMBERED:
+            self._remembered.clear()
+        self._remembered[key] = amount
+        return amount
+
+    def fragmentation(self, node: NodeFree) -> float:
+        """`fragmentation(node, typical)`."""
+        return self._fragmentation(
+            self._key(node.gpu_milli, node.model, node.cpu_milli, node.memory)
+        )
+
+    def score(self, node: NodeFree, pod: PodShape, before: float | None = None) -> int:
+        """`extender_score(node, pod, typical)`; `before`: the node's fragmentation, if known."""
+        left = node.gpu_milli
+        if pod.asks_nothing:
+            return MAX_NODE_SCORE * KEY_RANGE + packing_key(node)
+        cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
+        after: list[int] | None = None
+        if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
+            if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI:
+                # The allocator's first fit; where none fits, FGD's best over the GPUs that
+                # fit is over none: 0.
+                for gpu, free in enumerate(left):
+                    if free >= pod.gpu_milli:
+                        after = list(left)
+                        after[gpu] -= pod.gpu_milli
+                        break
+            elif pod.gpus:
+                fitting = [i for i in sorted(range(len(left)), key=left.__getitem__)
+                           if left[i] >= pod.gpu_milli]  # fmt: skip
+                if len(fitting) >= pod.gpus:
+                    after = list(left)
+                    for index in fitting[: pod.gpus]:
+                        after[index] -= pod.gpu_milli
+            else:
+                after = list(left)
+        if after is None:
+            return packing_key(node)
+        if before is None:
+            before = self.fragmentation(node)
+        measured = self._fragmentation(self._key(after, node.model, cpu_after, memory_after))
+        kept = min(sum(after), _KEY_SPAN)
+        key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
+        return _gradient_score(before, measured) * KEY_RANGE + key

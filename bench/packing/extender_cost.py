@@ -1,0 +1,246 @@
+"""`python -m bench.packing.extender_cost`: the extender's `prioritize` cost on the whole trace,
+in process, without a cluster.
+
+The view is built from the objects the API server would hold: the trace's 1213 nodes, each
+with a ResourceSlice of its GPUs (`dra` at S shares per GPU), and the workload's Pods (130 %
+of the GPUs, the artefact's shuffled order) with their ResourceClaims. The first Pods in
+that order are placed until half the cluster's GPUs are taken (on a random node they fit,
+on the first GPUs that fit, as the DRA allocator takes them); the rest stay Pending, as in a
+replay where the scheduler is behind. Then the Pending Pods are scored against every node,
+as kube-scheduler calls the extender with `percentageOfNodesToScore: 100`.
+
+    python -m bench.packing.extender_cost --calls 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from castslice.extender.cluster_view import MODEL_LABEL, ClusterView
+
+from .trace import MILLI, TraceNode, TraceTask, read_nodes, read_tasks, sample_nodes, workload
+
+CAPACITY = "shares"
+DRIVER = "gpu.nvidia.com"
+Manifest = dict[str, Any]
+
+
+@dataclass
+class _Placed:
+    cpu_milli: int
+    memory_mib: int
+    shares: list[int]
+
+
+def node_manifest(node: TraceNode) -> Manifest:
+    allocatable = {"cpu": f"{node.cpu_milli}m", "memory": f"{node.memory_mib}Mi", "pods": "110"}
+    return {
+        "metadata": {"name": node.name, "labels": {MODEL_LABEL: node.model}},
+        "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+def slice_manifest(node: TraceNode, shares: int) -> Manifest:
+    devices = [
+        {"name": f"gpu-{index}", "capacity": {CAPACITY: {"value": str(shares)}}}
+        for index in range(node.gpus)
+    ]
+    return {
+        "metadata": {"name": f"{node.name}-slice"},
+        "spec": {"driver": DRIVER, "nodeName": node.name, "pool": {"name": node.name},
+                 "devices": devices},
+    }  # fmt: skip
+
+
+def claim_shape(task: TraceTask, shares: int) -> tuple[int, int]:
+    """(devices, shares of each) the `dra` backend claims for the task."""
+    if task.fractional:
+        return 1, max(1, math.ceil(task.gpu_milli * shares / MILLI))
+    return task.num_gpu, shares
+
+
+def claim_manifest(
+    name: str, task: TraceTask, shares: int, allocated: list[tuple[str, str, int]] | None
+) -> Manifest:
+    devices, each = claim_shape(task, shares)
+    claim: Manifest = {
+        "metadata": {"name": name, "namespace": "trace"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": DRIVER, "count": devices,
+            "capacity": {"requests": {CAPACITY: str(each)}}}}]}},
+    }  # fmt: skip
+    if allocated:
+        claim["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": pool, "device": device,
+             "consumedCapacity": {CAPACITY: str(consumed)}}
+            for pool, device, consumed in allocated]}}}  # fmt: skip
+    return claim
+
+
+def pod_manifest(name: str, task: TraceTask, node: str, claim: str | None) -> Manifest:
+    spec: Manifest = {"containers": [{"name": "task", "resources": {"requests": {
+        "cpu": f"{task.cpu_milli}m", "memory": f"{task.memory_mib}Mi"}}}]}  # fmt: skip
+    status: Manifest = {"phase": "Running" if node else "Pending"}
+    if node:
+        spec["nodeName"] = node
+    if task.gpu_spec:
+        models = {"key": MODEL_LABEL, "operator": "In", "values": list(task.gpu_spec)}
+        required = {"nodeSelectorTerms": [{"matchExpressions": [models]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
+    if claim is not None:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return {"metadata": {"name": name, "namespace": "trace", "uid": name}, "spec": spec,
+            "status": status}  # fmt: skip
+
+
+def _place(
+    task: TraceTask,
+    nodes: list[TraceNode],
+    state: dict[str, _Placed],
+    shares: int,
+    draw: random.Random,
+) -> tuple[str, list[tuple[str, str, int]]] | None:
+    devices, each = claim_shape(task, shares) if task.num_gpu else (0, 0)
+    fitting = []
+    for node in nodes:
+        placed = state[node.name]
+        if task.gpu_spec and node.model not in task.gpu_spec:
+            continue
+        if placed.cpu_milli < task.cpu_milli or placed.memory_mib < task.memory_mib:
+            continue
+        if sum(1 for left in placed.shares if left >= each) < devices:
+            continue
+        fitting.append(node)
+    if not fitting:
+        return None
+    node = draw.choice(fitting)
+    placed = state[node.name]
+    placed.cpu_milli -= task.cpu_milli
+    placed.memory_mib -= task.memory_mib
+    taken = []
+    for index, left in enumerate(placed.shares):
+        if len(taken) == devices:
+            break
+        if left >= each:
+            placed.shares[index] -= each
+            taken.append((node.name, f"gpu-{index}", each))
+    return node.name, taken
+
+
+def build(
+    every: int = 1, seed: int = 42, shares: int = 100, filled: float = 0.5
+) -> tuple[ClusterView, list[str], list[tuple[Manifest, TraceTask]]]:
+    """The view, the node names, and the Pending Pods to score with their tasks."""
+    nodes = sample_nodes(read_nodes(), every)
+    gpus = sum(node.gpus for node in nodes)
+    tasks = workload(read_tasks(), gpus, seed, "shuffled")
+    draw = random.Random(seed)
+    state = {node.name: _Placed(node.cpu_milli, node.memory_mib, [shares] * node.gpus)
+             for node in nodes}  # fmt: skip
+    pods, claims = [], []
+    pending: list[tuple[Manifest, TraceTask]] = []
+    taken_gpus = 0.0
+    for index, task in enumerate(tasks):
+        name = f"task-{index:05d}"
+        claim = f"{name}-gpu" if task.num_gpu else None
+        where = None
+        if taken_gpus < filled * gpus:
+            where = _place(task, nodes, state, shares, draw)
+        node, allocated = where if where is not None else ("", [])
+        if where is not None:
+            taken_gpus += float(task.demand)
+        if claim is not None:
+            claims.append(claim_manifest(claim, task, shares, allocated))
+        pod = pod_manifest(name, task, node, claim)
+        pods.append(pod)
+        if not node:
+            pending.append((pod, task))
+    view = ClusterView(CAPACITY, shares)
+    view.replace("nodes", [node_manifest(node) for node in nodes])
+    view.replace("resourceslices", [slice_manifest(node, shares) for node in nodes if node.gpus])
+    view.replace("resourceclaims", claims)
+    view.replace("pods", pods)
+    # The view reads the Pods' shapes a batch per call, as a real one would on its first
+    # calls after listing them all: read them all before timing.
+    for _ in range(len(pods) // 100 + 1):
+        view.typical()
+    return view, [node.name for node in nodes], pending
+
+
+def bind(
+    view: ClusterView, pod: Manifest, task: TraceTask, scores: list[tuple[str, int]], shares: int
+) -> str | None:
+    """Place `pod` on the best-scored node it fits, as the scheduler and the DRA allocator
+    would, and tell the view as the watches would: the claim allocated, the Pod bound."""
+    devices, each = claim_shape(task, shares) if task.num_gpu else (0, 0)
+    for name, _ in sorted(scores, key=lambda scored: -scored[1]):
+        free = view.free(name)
+        if free is None or free.cpu_milli < task.cpu_milli:
+            continue
+        if free.memory < task.memory_mib << 20:
+            continue
+        if task.gpu_spec and free.model not in task.gpu_spec:
+            continue
+        lefts = [milli * shares // MILLI for milli in free.gpu_milli]
+        chosen = [index for index, left in enumerate(lefts) if left >= each][:devices]
+        if len(chosen) < devices:
+            continue
+        claim_name = pod["status"].get("resourceClaimStatuses", [{}])[0].get("resourceClaimName")
+        if claim_name:
+            allocated = [(name, f"gpu-{index}", each) for index in chosen]
+            view.apply("resourceclaims", "MODIFIED",
+                       claim_manifest(claim_name, task, shares, allocated))  # fmt: skip
+        bound = pod_manifest(pod["metadata"]["name"], task, name, claim_name)
+        view.apply("pods", "MODIFIED", bound)
+        return name
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.packing.extender_cost",
+                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
+    parser.add_argument("--calls", type=int, default=100, help="prioritize calls to time")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--shares", type=int, default=100, help="shares per GPU (S)")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    view, names, pending = build(args.every, args.seed, args.shares)
+    built = time.perf_counter() - began
+    typical = view.typical()
+    print(f"{len(names)} nodes, {len(pending)} Pending Pods, {len(typical)} typical shapes; "
+          f"built in {built:.1f} s", flush=True)  # fmt: skip
+    # The Pending Pods in order, each bound where it scores best before the next is scored:
+    # every call sees the cluster one placement on.
+    # CPU time of this thread besides the wall clock: on a shared machine the wall clock
+    # also counts the other processes' turns.
+    walls, cpus, binds = [], [], []
+    for pod, task in pending[: args.calls]:
+        began, cpu = time.perf_counter(), time.thread_time()
+        scores = view.scores(pod, names)
+        walls.append(time.perf_counter() - began)
+        cpus.append(time.thread_time() - cpu)
+        began = time.perf_counter()
+        bind(view, pod, task, scores, args.shares)
+        binds.append(time.perf_counter() - began)
+    for what, times in (("wall clock", walls), ("CPU", cpus)):
+        print(f"{len(times)} calls, {what}: median {statistics.median(times) * 1000:.2f} ms, "
+              f"mean {statistics.fmean(times) * 1000:.2f} ms, first {times[0] * 1000:.2f} ms, "
+              f"max {max(times) * 1000:.2f} ms")  # fmt: skip
+    print(f"binding (the watch events and the harness's own fit check): "
+          f"{statistics.fmean(binds) * 1000:.2f} ms a Pod")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
