@@ -36,6 +36,9 @@ from tests.test_mig_profiles import (
 # The models whose go-nvml mock lists the placements the hardware has (the H100, H200 and
 # B200 mocks list sizes of their own, not NVML's: 3 memory slices for a 3g instance).
 PLACEMENT_MOCKS = {"A100-80GB": "a100", "A100-40GB": "a100", "A30": "a30"}
+# NVIDIA's MIG User Guide ("H100 MIG Profiles") gives the H100-80GB the A100-80GB's
+# placements: the oracle reads them from the A100's.
+ORACLE_MOCKS = {**PLACEMENT_MOCKS, "H100-80GB": "a100"}
 
 
 def nvml_profile_ids(model: GpuModel) -> dict[str, str]:
@@ -58,7 +61,7 @@ def nvml_profile_ids(model: GpuModel) -> dict[str, str]:
 
 def nvml_placements(model: GpuModel) -> dict[str, list[tuple[int, int]]]:
     """Each profile's (start, size) placements, as the go-nvml mock's NVML reports them."""
-    text = _mock(PLACEMENT_MOCKS[model.name])
+    text = _mock(ORACLE_MOCKS[model.name])
     body = text.split("_GpuInstancePlacements = map[int][]nvml.GpuInstancePlacement{", 1)[1]
     body = body.split("\n}\n", 1)[0]
     by_id = {

@@ -486,7 +486,6 @@ def settings_of(config: Config, layout: GpuLayout | None = None) -> dict[str, An
     settings: dict[str, Any] = {"backend": config.backend, "slicesPerGpu": config.slices_per_gpu}
     if pooled(config):
         settings["sharingDegrees"] = list(config.sharing_degrees)
-        settings["sharingStrategy"] = config.sharing_strategy
     if layout is not None:
         settings["layout"] = layout.name
         settings["backendSettings"] = layout.environment()
@@ -501,7 +500,6 @@ def environment_of(settings: Mapping[str, Any]) -> dict[str, str]:
     }
     if "sharingDegrees" in settings:
         environment["CASTSLICE_SHARING_DEGREES"] = ",".join(map(str, settings["sharingDegrees"]))
-        environment["CASTSLICE_SHARING_STRATEGY"] = settings["sharingStrategy"]
     environment.update(settings.get("backendSettings") or {})
     return environment
 
