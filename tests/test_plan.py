@@ -386,12 +386,15 @@ def gpus_given(previewed: dict, environment: dict[str, str], promised: dict) -> 
                 (int(value) for key, value in (spec.get("nodeSelector") or {}).items()
                  if key in DEGREE_LABELS), None,
             )  # fmt: skip
+            instance = instance_on_node(spec)
             for container in spec["containers"]:
                 limits = (container.get("resources") or {}).get("limits") or {}
                 mig = [key for key in limits if key.startswith(MIG_RESOURCE)]
                 if mig:
                     (key,) = mig
                     instances[key.removeprefix(MIG_RESOURCE)] += int(limits[key]) * copies
+                elif instance and "nvidia.com/gpu" in limits:
+                    instances[instance] += int(limits["nvidia.com/gpu"]) * copies
                 elif degree:
                     pools[degree] += Fraction(copies, degree)
                 elif config.shared_resource in limits:
@@ -410,10 +413,29 @@ def gpus_given(previewed: dict, environment: dict[str, str], promised: dict) -> 
     return whole + sum(math.ceil(shares) for shares in pools.values()) + mig
 
 
+def instance_on_node(spec: dict) -> str | None:
+    """The MIG profile a Pod asking for `nvidia.com/gpu` gets from its node: GKE's partition
+    size in its nodeSelector, or the `single` strategy's product label `<product>-MIG-<p>`
+    its node affinity requires."""
+    partition = (spec.get("nodeSelector") or {}).get("cloud.google.com/gke-gpu-partition-size")
+    if partition:
+        return str(partition)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for expression in term.get("matchExpressions") or ():
+            values = expression.get("values") or []
+            if expression["key"] == "nvidia.com/gpu.product" and "-MIG-" in "".join(values):
+                return str(values[0]).rsplit("-MIG-", 1)[1]
+    return None
+
+
 def mig_gpus(instances: Counter[str], model: GpuModel, promised: dict) -> int:
     """GPUs holding the MIG instances preview gave, cut as plan printed: on GPUs laid out as
     mig-parted's all-balanced or all-<profile>, as many as the scarcest instance needs; in a
-    mix, the layouts plan printed, each one NVML's placements allow (the oracle of
+    mix, the layouts plan printed, each mig-parted's all-<profile> (with as many GPUs as
+    its instances need) or one NVML's placements allow (the oracle of
     tests/test_mig_layouts.py), holding exactly these instances."""
     if not instances:
         return 0
@@ -422,12 +444,21 @@ def mig_gpus(instances: Counter[str], model: GpuModel, promised: dict) -> int:
         per_gpu = mig_parted_layout(model.name, layout)
         return max(math.ceil(count / per_gpu[name]) for name, count in instances.items())
     cut = [pool for pool in promised["pools"] if "instancesPerGpu" in pool]
-    held = Counter[str]()
+    # GKE's partition pools and the single strategy's nodes offer one profile each.
+    one_profile = promised["environment"]["CASTSLICE_MIG_STACK"] in ("gke", "single")
+    held, left = Counter[str](), Counter(instances)
     for pool in cut:
-        assert nvml_allows(model, pool["instancesPerGpu"]), pool
-        for name, count in pool["instancesPerGpu"].items():
+        per_gpu = pool["instancesPerGpu"]
+        assert pool["pool"].startswith("all-") or not one_profile, pool
+        if pool["pool"].startswith("all-"):
+            assert per_gpu == mig_parted_layout(model.name, pool["pool"]), pool
+            ((name, count),) = per_gpu.items()
+            assert pool["gpus"] == math.ceil(left.pop(name) / count), pool
+            continue
+        assert nvml_allows(model, per_gpu), pool
+        for name, count in per_gpu.items():
             held[name] += count * pool["gpus"]
-    assert held == instances, promised["name"]
+    assert held == left, promised["name"]
     return sum(pool["gpus"] for pool in cut)
 
 

@@ -77,6 +77,24 @@ def test_memory_first_and_strict_differ_where_compute_is_short_and_agree_where_n
     assert [(pool.label, pool.gpus) for pool in mixed.pools] == [("4g.40gb, 3g.40gb", 1)]
 
 
+def test_where_a_node_offers_one_profile_each_gpu_is_cut_into_one() -> None:
+    # The device plugin's single strategy and GKE's partitions: one profile a node.
+    mix = pods(1, "1/2") + pods(2, "1/8")
+    assert cut(mig(), mix)["mix"].gpus == 1  # 3g.40gb at 0, 1g.10gb at 4 and 5
+    for stack in ("single", "gke"):
+        counted = cut(mig(CASTSLICE_MIG_STACK=stack), mix)
+        assert "all-balanced" not in counted
+        assert [(pool.label, pool.gpus) for pool in counted["mix"].pools] == [
+            ("all-1g.10gb", 1),
+            ("all-3g.40gb", 1),
+        ]
+    (gke,) = cut(mig(CASTSLICE_MIG_STACK="gke"), mix)["mix"].notes
+    assert gke == (
+        "create GKE node pools of A100-80GB GPUs: 1 GPU with gpu-partition-size=1g.10gb; "
+        "1 GPU with gpu-partition-size=3g.40gb"
+    )
+
+
 def test_each_backend_says_what_its_pods_are_guaranteed() -> None:
     halves = pods(4, "1/2")
     nvidia = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2"})
@@ -197,8 +215,14 @@ spec:
             "CASTSLICE_MIG_FIT": "strict",
         },
         {"CASTSLICE_BACKEND": "mig", "CASTSLICE_MIG_GPU_MODELS": "H100-80GB"},
+        {"CASTSLICE_BACKEND": "mig", "CASTSLICE_SLICES_PER_GPU": "8", "CASTSLICE_MIG_STACK": "gke"},
+        {
+            "CASTSLICE_BACKEND": "mig",
+            "CASTSLICE_SLICES_PER_GPU": "8",
+            "CASTSLICE_MIG_STACK": "single",
+        },
     ],
-    ids=["memory-first", "strict", "h100-s4"],
+    ids=["memory-first", "strict", "h100-s4", "gke", "single"],
 )
 def test_every_mig_layout_plan_prints_applied_through_preview_gives_its_figure(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, today: dict[str, str]
@@ -207,7 +231,7 @@ def test_every_mig_layout_plan_prints_applied_through_preview_gives_its_figure(
         castslice(monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=MIG_WORKLOAD)
     )
     shown = [item for item in result["candidates"] if "layout" in item["settings"]]
-    assert {item["settings"]["layout"] for item in shown} >= {"mix", "all-balanced"}
+    assert {item["settings"]["layout"] for item in shown} >= {"mix", "all-3g.40gb"}
     for promised in shown:
         applied_as_printed(monkeypatch, capsys, today, promised, MIG_WORKLOAD)
 

@@ -51,6 +51,9 @@ STARTS: Mapping[tuple[int, int], Mapping[tuple[int, int], tuple[int, ...]]] = {
     },
 }
 
+# The stacks where every GPU of a node offers one profile.
+ONE_PROFILE_STACKS = ("single", "gke")
+
 # mig-parted v0.15.0's `all-balanced`, per model: instances per GPU.
 BALANCED: Mapping[str, Mapping[str, int]] = {
     "A100-40GB": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
@@ -170,19 +173,25 @@ class MigLayout:
     `all-balanced`, `all-<profile>`, or `mix` (each Pod's instance, packed as above).
 
     A layout of one kind offers only its profiles (CASTSLICE_MIG_PROFILES), so each Pod gets
-    the smallest of those that holds it, or a whole GPU where none does.
+    the smallest of those that holds it, or a whole GPU where none does. Under the device
+    plugin's `single` strategy a node offers one profile (GPU Feature Discovery labels a
+    node of several `-MIG-INVALID`), and a GKE node pool one partition size: there every GPU
+    of the mix holds one profile, and there is no `all-balanced`.
     """
 
     def __init__(self, config: Config, name: str, chooser: Chooser) -> None:
         self.model = choice.models(config)[0]
         self.name = name
         self.chooser = chooser
+        self.one_profile = config.mig_stack in ONE_PROFILE_STACKS
+        self.per_gpu: Mapping[str, int] | None = None
         if name == "all-balanced":
-            self.per_gpu: Mapping[str, int] | None = BALANCED[self.model.name]
+            self.per_gpu = BALANCED[self.model.name]
         elif name.startswith("all-"):
-            self.per_gpu = {name.removeprefix("all-"): 0}
-        else:
-            self.per_gpu = None
+            profile = self.model.profile(name.removeprefix("all-"))
+            if profile is None:
+                raise ValueError(f"{self.model.name} has no MIG profile {name}")
+            self.per_gpu = {profile.name: profile.per_gpu}
         profiles = config.mig_profiles if self.per_gpu is None else tuple(self.per_gpu)
         self.config = replace(config, mig_gpu_models=(self.model.name,), mig_profiles=profiles)
 
@@ -207,6 +216,16 @@ class MigLayout:
         if not instances:
             return []
         pods_total = sum(instances.values())
+        if self.per_gpu is None and self.one_profile:
+            # GPUs cut all-<profile>, as many of each as its Pods need.
+            laid = []
+            for profile in self.model.profiles:
+                count = instances.get(profile.name, 0)
+                if count:
+                    gpus = math.ceil(count / profile.per_gpu)
+                    held = ((profile.name, profile.per_gpu),)
+                    laid.append(LaidOut(f"all-{profile.name}", gpus, count, held))
+            return laid
         if self.per_gpu is None:
             found = pack(self.model, instances)
             laid = [
@@ -214,11 +233,7 @@ class MigLayout:
                 for layout, gpus in found.items()
             ]
             return sorted(laid, key=lambda item: (-item.gpus, item.layout))
-        per_gpu = dict(self.per_gpu)
-        for name in per_gpu:
-            if not per_gpu[name]:
-                profile = self.model.profile(name)
-                per_gpu[name] = profile.per_gpu if profile is not None else 1
+        per_gpu = self.per_gpu
         gpus = max(math.ceil(instances[name] / per_gpu[name]) for name in instances)
         layout = tuple(name for name, count in per_gpu.items() for _ in range(count))
         return [LaidOut(self.name, gpus, pods_total, _count(layout))]
@@ -227,17 +242,37 @@ class MigLayout:
         gpus = sum(laid.gpus for laid in laid_out)
         if not gpus:
             return ()
+        model = self.model.name
+        if self.config.mig_stack == "gke":
+            pools = "; ".join(
+                f"{laid.gpus} {_gpus(laid.gpus)} with gpu-partition-size={laid.instances[0][0]}"
+                for laid in laid_out
+            )
+            return (f"create GKE node pools of {model} GPUs: {pools}",)
         if self.per_gpu is not None:
             return (
-                f"label the {gpus} MIG GPUs' nodes (GPU model {self.model.name}) "
+                f"label the nodes of the {gpus} MIG {_gpus(gpus)} ({model}) "
                 f"nvidia.com/mig.config={self.name} for the GPU Operator's mig-manager",
+            )
+        if self.one_profile:
+            labels = "; ".join(
+                f"{laid.gpus} {_gpus(laid.gpus)} nvidia.com/mig.config={laid.layout}"
+                for laid in laid_out
+            )
+            return (
+                f"label the nodes of the {gpus} MIG {_gpus(gpus)} ({model}), one profile a "
+                f"node: {labels}",
             )
         cut = "; ".join(f"{laid.gpus} x ({laid.layout})" for laid in laid_out)
         return (
-            f"cut the {gpus} MIG GPUs ({self.model.name}) as {cut}: a mig-parted config of "
+            f"cut the {gpus} MIG {_gpus(gpus)} ({model}) as {cut}: a mig-parted config of "
             "your own where a layout is not all-balanced or all-<profile>, set by "
             "nvidia.com/mig.config on each node",
         )
+
+
+def _gpus(count: int) -> str:
+    return "GPU" if count == 1 else "GPUs"
 
 
 def _count(layout: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
@@ -248,5 +283,6 @@ def layouts(config: Config, chooser: Chooser) -> list[MigLayout]:
     """The mix first (how a configuration's own nodes are counted), then all-balanced, then
     all-<profile> for each profile of the model the settings offer."""
     model = choice.models(config)[0]
-    names = ["mix", "all-balanced"] + [f"all-{p.name}" for p in choice.offered(config, model)]
+    balanced = [] if config.mig_stack in ONE_PROFILE_STACKS else ["all-balanced"]
+    names = ["mix", *balanced] + [f"all-{p.name}" for p in choice.offered(config, model)]
     return [MigLayout(config, name, chooser) for name in names]
