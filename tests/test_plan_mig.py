@@ -252,8 +252,8 @@ def test_plan_with_the_mig_backend_prints_its_settings_and_why_that_s(tmp_path: 
         assert line in recommended
     (why,) = [line for line in done.stdout.splitlines() if line.startswith("Cutting GPUs (mig)")]
     assert why == (
-        "Cutting GPUs (mig): mig mix S=8: 4 GPUs; mix needs S=4: 6, S=8: 4, S=10: 4, "
-        "S=100: 4 GPUs: S=8 is the coarsest S that needs the fewest."
+        "Cutting GPUs (mig): mig mix S=8: 4 GPUs, the fewest of its ways and S; mix needs "
+        "S=4: 6, S=8: 4, S=10: 4, S=100: 4 GPUs."
     )
 
 

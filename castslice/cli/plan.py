@@ -284,8 +284,8 @@ def summary(result: Plan) -> list[str]:
 
 
 def cut_lines(result: Plan) -> list[str]:
-    """For a backend that cuts GPUs into instances: its best way and S, with the GPUs its
-    best way needs at each S tried, which is why that S."""
+    """For a backend that cuts GPUs into instances: its best way and S, with the GPUs that
+    way needs at each S tried (why that S)."""
     lines = []
     for backend, best in result.per_backend.items():
         layout = best.settings.get("layout")
@@ -298,8 +298,8 @@ def cut_lines(result: Plan) -> list[str]:
         ]
         counts = ", ".join(f"S={item.settings['slicesPerGpu']}: {item.gpus}" for item in same)
         lines.append(
-            f"Cutting GPUs ({backend}): {best.name}: {_gpus(best.gpus)}; {layout} needs {counts} "
-            f"GPUs: S={best.settings['slicesPerGpu']} is the coarsest S that needs the fewest."
+            f"Cutting GPUs ({backend}): {best.name}: {_gpus(best.gpus)}, the fewest of its "
+            f"ways and S; {layout} needs {counts} GPUs."
         )
     return lines
 
