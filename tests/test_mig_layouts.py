@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
-from itertools import product
 
 import pytest
 from hypothesis import given, settings
@@ -82,11 +81,17 @@ def nvml_allows(model: GpuModel, instances: Mapping[str, int]) -> bool:
     compute = sum(int(name.split("g.")[0]) for name in wanted)
     if compute > model.compute_total:
         return False
-    for chosen in product(*(placements[name] for name in wanted)):
-        taken = [slot for start, size in chosen for slot in range(start, start + size)]
-        if len(taken) == len(set(taken)):
+
+    def place(index: int, taken: frozenset[int]) -> bool:
+        if index == len(wanted):
             return True
-    return False
+        for start, size in placements[wanted[index]]:
+            slots = frozenset(range(start, start + size))
+            if not slots & taken and place(index + 1, taken | slots):
+                return True
+        return False
+
+    return place(0, frozenset())
 
 
 NVML_MODELS = [MODELS[name] for name in PLACEMENT_MOCKS]
