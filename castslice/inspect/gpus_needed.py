@@ -5,8 +5,10 @@ GPUs) with the share of one GPU it needs. Every estimate asks the backends thems
 how a task is placed (`backend_for(config).place(slices)`), so it rounds exactly as the
 webhook would: a share becomes the slice count it rounds up to, the backend turns that
 count into what the Pod gets, and Pods that land alike (same resource, same node labels)
-pack together on GPUs of their own. The count ignores node boundaries, CPU and memory:
-it is the floor a scheduler can reach, which the packing benchmark measures against.
+pack together on GPUs of their own. A backend that cuts GPUs into instances (MIG) says
+how each way of cutting them holds its Pods' instances (`Backend.gpu_layouts`). The count
+ignores node boundaries, CPU and memory: it is the floor a scheduler can reach, which the
+packing benchmark measures against.
 """
 
 from __future__ import annotations
