@@ -280,3 +280,22 @@ def test_the_trade_offs_table_in_the_docs_is_what_plan_prints_for_the_trace(
     counted = plan(load_config({}), tasks_from_trace(TRACE.read_text()))
     mix = next(item for item in counted.candidates if item.name == "mig mix S=8")
     assert f"| mig mix S=8 | {mix.gpus} |" in printed
+
+
+def test_plan_counts_on_the_first_model_and_keeps_every_model_in_the_settings() -> None:
+    both = load_config(
+        {"CASTSLICE_BACKEND": "mig", "CASTSLICE_MIG_GPU_MODELS": "A100-80GB,H100-80GB"}
+    )
+    best = plan(both, pods(14, "1/10"), named_backend=True).best
+    assert best.environment["CASTSLICE_MIG_GPU_MODELS"] == "A100-80GB,H100-80GB"
+    assert best.gpus == 2
+    assert any("MIG GPUs (A100-80GB)" in note for note in best.notes)
+
+
+def test_the_scheduler_extender_is_not_advised_for_mig_devices() -> None:
+    # Its DRA stack claims devices, but whole MIG instances leave no shares to fragment.
+    config = load_config({"CASTSLICE_BACKEND": "mig", "CASTSLICE_MIG_STACK": "dra"})
+    result = plan(config, pods(14, "1/10") + pods(4, "1/2"), named_backend=True)
+    assert result.best.settings["backend"] == "mig"
+    assert not result.recommended_claims_devices
+    assert result.extender_advice[0] is False

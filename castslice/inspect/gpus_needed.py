@@ -719,7 +719,11 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
         )
     # The backend the plan recommends: today's when it keeps the settings.
     recommended = config if keep else candidates[mine.name].config
-    claims_devices = backend_for(recommended).claim_templates() is not None
+    # The extender scores shares of DRA devices: not whole devices such as MIG instances.
+    chosen_backend = backend_for(recommended)
+    claims_devices = (
+        chosen_backend.claim_templates() is not None and chosen_backend.gpu_layouts() is None
+    )
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
     kept = [item for item in marked if item.recommended or _shown(item, chosen)] + twins
     opted = [task for task in tasks if task.opted_in]

@@ -193,7 +193,9 @@ class MigLayout:
                 raise ValueError(f"{self.model.name} has no MIG profile {name}")
             self.per_gpu = {profile.name: profile.per_gpu}
         profiles = config.mig_profiles if self.per_gpu is None else tuple(self.per_gpu)
-        self.config = replace(config, mig_gpu_models=(self.model.name,), mig_profiles=profiles)
+        # The settings keep every model the nodes have: the Pods' instances are named for
+        # the first (choice.py), on whose GPUs plan counts them.
+        self.config = replace(config, mig_profiles=profiles)
 
     def environment(self) -> dict[str, str]:
         config = self.config
