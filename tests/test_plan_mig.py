@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from castslice.backends import backend_for
+from castslice.backends.mig.profiles import MODELS
 from castslice.environment import load_config
 from castslice.inspect.gpus_needed import Estimate, Task, estimate, plan, tasks_from_trace
 from castslice.settings.config import Config
@@ -280,6 +281,16 @@ def test_the_trade_offs_table_in_the_docs_is_what_plan_prints_for_the_trace(
     counted = plan(load_config({}), tasks_from_trace(TRACE.read_text()))
     mix = next(item for item in counted.candidates if item.name == "mig mix S=8")
     assert f"| mig mix S=8 | {mix.gpus} |" in printed
+    # As the docs say, the mix packs the trace's instances onto as few GPUs as their memory
+    # slices (eighths) allow.
+    a100 = MODELS["A100-80GB"]
+    cut_pools = [pool for pool in mix.pools if pool.instances]
+    eighths = sum(
+        a100.profile(name).memory_slices * count * pool.gpus  # type: ignore[union-attr]
+        for pool in cut_pools
+        for name, count in pool.instances
+    )
+    assert sum(pool.gpus for pool in cut_pools) == -(-eighths // 8) == 2198
 
 
 def test_plan_counts_on_the_first_model_and_keeps_every_model_in_the_settings() -> None:
