@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from castslice import cli
+from castslice.backends.mig.profiles import MODELS, GpuModel
 from castslice.environment import load_config
 from castslice.inspect.gpus_needed import (
     Task,
@@ -27,10 +28,13 @@ from castslice.inspect.gpus_needed import (
     tasks_from_pod,
     tasks_from_trace,
 )
+from tests.mig_nodes import layout as mig_parted_layout
+from tests.test_mig_layouts import nvml_allows
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "bench" / "packing" / "data" / "openb_pod_list_default.csv"
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+MIG_RESOURCE = "nvidia.com/mig-"
 
 
 def shares(*gpus: str) -> list[Task]:
@@ -264,7 +268,6 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
         (["--trace", "missing.csv"], "castslice plan: cannot read --trace missing.csv"),
         (["-f", "-"], "castslice plan: the workload asks for no GPUs: nothing to plan"),
         (["--kubeconfig", "missing.kubeconfig"], "there is no such file"),
-        (["--backend", "mig", "-f", "-"], "plan: the mig backend's instances are not counted"),
     ],
 )
 def test_bad_input_exits_2_with_what_was_wrong(argv: list[str], message: str) -> None:
@@ -274,15 +277,15 @@ def test_bad_input_exits_2_with_what_was_wrong(argv: list[str], message: str) ->
     assert "Traceback" not in done.stderr
 
 
-def test_a_backend_plan_cannot_count_is_never_a_candidate() -> None:
-    # MIG instances come in NVIDIA's fixed layouts, not in the shares plan packs.
+def test_every_backend_is_a_candidate_mig_with_each_way_of_cutting_its_gpus() -> None:
     result = plan(load_config({}), shares("0.13", "0.5") + whole(2))
-    assert {item.settings["backend"] for item in result.candidates} == {
-        "resource",
-        "nvidia",
-        "gke",
-        "dra",
-    }
+    backends = {"resource", "nvidia", "gke", "dra", "mig"}
+    assert {item.settings["backend"] for item in result.candidates} == backends
+    assert set(result.per_backend) == backends
+    # MIG: the mix plan packs, mig-parted's all-balanced and each all-<profile> (A100-80GB).
+    cut = {item.settings["layout"] for item in result.candidates if "layout" in item.settings}
+    profiles = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+    assert cut == {"mix", "all-balanced", *(f"all-{name}" for name in profiles)}
 
 
 def test_today_is_the_configuration_the_flags_set() -> None:
@@ -364,13 +367,15 @@ def with_ratios(text: str, ratios: dict[str, int]) -> str:
     return yaml.safe_dump_all(items)
 
 
-def gpus_given(previewed: dict, environment: dict[str, str]) -> int:
+def gpus_given(previewed: dict, environment: dict[str, str], promised: dict) -> int:
     """GPUs the Pods preview shows need, counted from what each container was given: whole
     GPUs, a share of a pool of M clients per GPU (its node label), a count of the shared
-    resource or (dra) of the record's slices; each pool's shares packed onto whole GPUs."""
+    resource or (dra) of the record's slices, each pool's shares packed onto whole GPUs; or
+    a MIG instance (mig_gpus)."""
     config = load_config(environment)
     per_gpu = config.slices_per_gpu
     whole, pools = 0, Counter[object]()
+    instances = Counter[str]()
     for item in previewed["items"]:
         for _, template, copies in templates_of(item):
             spec = template["spec"]
@@ -381,9 +386,16 @@ def gpus_given(previewed: dict, environment: dict[str, str]) -> int:
                 (int(value) for key, value in (spec.get("nodeSelector") or {}).items()
                  if key in DEGREE_LABELS), None,
             )  # fmt: skip
+            instance = instance_on_node(spec)
             for container in spec["containers"]:
                 limits = (container.get("resources") or {}).get("limits") or {}
-                if degree:
+                mig = [key for key in limits if key.startswith(MIG_RESOURCE)]
+                if mig:
+                    (key,) = mig
+                    instances[key.removeprefix(MIG_RESOURCE)] += int(limits[key]) * copies
+                elif instance and "nvidia.com/gpu" in limits:
+                    instances[instance] += int(limits["nvidia.com/gpu"]) * copies
+                elif degree:
                     pools[degree] += Fraction(copies, degree)
                 elif config.shared_resource in limits:
                     pools["shared"] += Fraction(
@@ -397,7 +409,57 @@ def gpus_given(previewed: dict, environment: dict[str, str]) -> int:
                         pools["claims"] += Fraction(slices * copies, per_gpu)
                     else:
                         whole += -(-slices // per_gpu) * copies
-    return whole + sum(math.ceil(shares) for shares in pools.values())
+    mig = mig_gpus(instances, MODELS[config.mig_gpu_models[0]], promised)
+    return whole + sum(math.ceil(shares) for shares in pools.values()) + mig
+
+
+def instance_on_node(spec: dict) -> str | None:
+    """The MIG profile a Pod asking for `nvidia.com/gpu` gets from its node: GKE's partition
+    size in its nodeSelector, or the `single` strategy's product label `<product>-MIG-<p>`
+    its node affinity requires."""
+    partition = (spec.get("nodeSelector") or {}).get("cloud.google.com/gke-gpu-partition-size")
+    if partition:
+        return str(partition)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for expression in term.get("matchExpressions") or ():
+            values = expression.get("values") or []
+            if expression["key"] == "nvidia.com/gpu.product" and "-MIG-" in "".join(values):
+                return str(values[0]).rsplit("-MIG-", 1)[1]
+    return None
+
+
+def mig_gpus(instances: Counter[str], model: GpuModel, promised: dict) -> int:
+    """GPUs holding the MIG instances preview gave, cut as plan printed: on GPUs laid out as
+    mig-parted's all-balanced or all-<profile>, as many as the scarcest instance needs; in a
+    mix, the layouts plan printed, each mig-parted's all-<profile> (with as many GPUs as
+    its instances need) or one NVML's placements allow (the oracle of
+    tests/test_mig_layouts.py), holding exactly these instances."""
+    if not instances:
+        return 0
+    layout = promised["settings"]["layout"]
+    if layout != "mix":
+        per_gpu = mig_parted_layout(model.name, layout)
+        return max(math.ceil(count / per_gpu[name]) for name, count in instances.items())
+    cut = [pool for pool in promised["pools"] if "instancesPerGpu" in pool]
+    # GKE's partition pools and the single strategy's nodes offer one profile each.
+    one_profile = promised["environment"]["CASTSLICE_MIG_STACK"] in ("gke", "single")
+    held, left = Counter[str](), Counter(instances)
+    for pool in cut:
+        per_gpu = pool["instancesPerGpu"]
+        assert pool["pool"].startswith("all-") or not one_profile, pool
+        if pool["pool"].startswith("all-"):
+            assert per_gpu == mig_parted_layout(model.name, pool["pool"]), pool
+            ((name, count),) = per_gpu.items()
+            assert pool["gpus"] == math.ceil(left.pop(name) / count), pool
+            continue
+        assert nvml_allows(model, per_gpu), pool
+        for name, count in per_gpu.items():
+            held[name] += count * pool["gpus"]
+    assert held == left, promised["name"]
+    return sum(pool["gpus"] for pool in cut)
 
 
 def applied_as_printed(
@@ -411,10 +473,13 @@ def applied_as_printed(
     text = with_ratios(manifests, dict(promised["sliceRatios"]))
     again = json.loads(castslice(monkeypatch, capsys, environment, "plan", "-f", "-", "-o",
                                  "json", stdin=text))  # fmt: skip
-    assert again["today"]["gpus"] == promised["gpus"], promised["name"]
+    # Today's MIG GPUs are counted as the mix of the profiles the settings offer: that the
+    # nodes are laid out as all-balanced is no setting.
+    if promised["settings"].get("layout") != "all-balanced":
+        assert again["today"]["gpus"] == promised["gpus"], promised["name"]
     previewed = json.loads(castslice(monkeypatch, capsys, environment, "preview", "-f", "-",
                                      "-o", "json", stdin=text))  # fmt: skip
-    assert gpus_given(previewed, environment) == promised["gpus"], promised["name"]
+    assert gpus_given(previewed, environment, promised) == promised["gpus"], promised["name"]
 
 
 @pytest.mark.parametrize(
@@ -511,6 +576,7 @@ def test_plan_keeps_to_a_named_backend_and_lists_the_others_as_if_the_nodes_offe
     assert [line.split(":")[0] for line in offered] == [
         "If your nodes offered resource",
         "If your nodes offered dra",
+        "If your nodes offered mig",
     ]
     assert "(CASTSLICE_BACKEND=dra CASTSLICE_SLICES_PER_GPU=100 " in offered[1]
 

@@ -56,6 +56,40 @@ class Placement(NamedTuple):
     caveats: tuple[str, ...] = ()
 
 
+class LaidOut(NamedTuple):
+    """GPUs laid out alike for `castslice plan`: the layout, how many GPUs have it, how many
+    Pods they hold, and what each GPU holds (instance name: count)."""
+
+    layout: str
+    gpus: int
+    pods: int
+    instances: tuple[tuple[str, int], ...]
+
+
+class GpuLayout(Protocol):
+    """A way a backend's GPUs are cut up that `castslice plan` counts: the backend's settings
+    for nodes cut so, and the GPUs Pods need on them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    def environment(self) -> dict[str, str]:
+        """The backend's CASTSLICE_* variables for nodes cut so (all of them)."""
+        ...
+
+    def pack(self, pods: Mapping[int, int]) -> list[LaidOut]:
+        """The GPUs that hold these Pods (how many of each slice count), each Pod placed as
+        `place` places it, whole-GPU placements left out."""
+        ...
+
+    def notes(self, laid_out: Sequence[LaidOut]) -> tuple[str, ...]:
+        """What to do on the nodes to cut their GPUs so."""
+        ...
+
+
 class LeftAlone(NamedTuple):
     """Why a Pod is not changed: `reason` for the log line, `detail` for the user's warning."""
 
@@ -274,6 +308,20 @@ class Backend:
         """The templates this backend's Pods claim from, or None when they claim none."""
         return None
 
+    def gpu_layouts(self) -> Sequence[GpuLayout] | None:
+        """The ways of cutting GPUs `castslice plan` compares for this backend, the first how
+        this configuration's nodes are counted; None when shares pack onto whole GPUs."""
+        return None
+
+    def guaranteed(self, slices: int) -> str:
+        """What a Pod of `slices` slices is guaranteed of a GPU's compute and memory, short."""
+        placement = self.place(slices)
+        if placement.instance:
+            return placement.instance
+        if placement.gpus.denominator == 1:
+            return "whole GPUs"
+        return "no compute or memory guaranteed"
+
     def node_checks(self) -> Sequence[NodeCheck] | None:
         """The doctor's checks of the nodes for this backend, or None for the checks that fit
         every device-plugin backend (node capacity and labels, Pending Pods, quotas)."""
@@ -403,6 +451,14 @@ class SharingPoolBackend(Backend):
 
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
+
+    def guaranteed(self, slices: int) -> str:
+        degree = sharing_degree(self.config, slices)
+        if degree is None:
+            return "whole GPUs"
+        if self.config.sharing_strategy == "mps":
+            return f"at most 1/{degree} of the memory and compute (MPS, in software)"
+        return "no compute or memory guaranteed (time-slicing)"
 
     def sharing_pools(self) -> Mapping[int, Placement]:
         # s = S // d reaches every degree d the backend can ever choose (d <= S).

@@ -76,7 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a cluster: only its Pods in this namespace (default: every namespace)",
     )
     parser.add_argument(
-        "-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format"
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml", "markdown"),
+        default="table",
+        help="output format (markdown: the trade-offs table docs/backends.md shows)",
     )
     parser.add_argument(
         "--plot", metavar="FILE.svg", help="also draw the GPUs each candidate needs as an SVG"
@@ -101,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(), indent=2))
     elif args.output == "yaml":
         sys.stdout.write(dump_yaml(result.as_dict()))
+    elif args.output == "markdown":
+        sys.stdout.write(tradeoffs(result))
     else:
         sys.stdout.write(table(result))
     if args.plot:
@@ -206,11 +212,25 @@ def _row(estimate: Estimate, result: Plan) -> list[str]:
         f"{result.no_sharing.gpus - estimate.gpus:d}",
         f"{estimate.rounded_up} by {float(estimate.rounded_by):.1f}",
         pools,
+        gets(estimate),
     ]
 
 
+def gets(estimate: Estimate) -> str:
+    """What the opted-in Pods are guaranteed, with how many get each."""
+    return "; ".join(f"{what} ({pods})" for what, pods in estimate.gets)
+
+
 def table(result: Plan) -> str:
-    header = ["configuration", "GPUs", "vs today", "saved", "rounded up (GPUs)", "GPUs per pool"]
+    header = [
+        "configuration",
+        "GPUs",
+        "vs today",
+        "saved",
+        "rounded up (GPUs)",
+        "GPUs per pool",
+        "each opted-in Pod gets (Pods)",
+    ]
     rows = [_row(result.no_sharing, result), _row(result.today, result)]
     rows += [_row(item, result) for item in result.candidates]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -251,6 +271,7 @@ def summary(result: Plan) -> list[str]:
             f"If your nodes offered {other.settings['backend']}: {other.name} ({settings}): "
             f"{_gpus(other.gpus)}" + (f"; and {'; and '.join(other.notes)}" if other.notes else "")
         )
+    lines += cut_lines(result)
     advised, why = result.extender_advice
     lines.append(f"Scheduler extender: {'worth' if advised else 'not worth'} deploying: {why}.")
     seen: set[str] = set()
@@ -260,6 +281,45 @@ def summary(result: Plan) -> list[str]:
                 seen.add(warning)
                 lines.append(f"Warning: {item.name}: {warning}")
     return lines
+
+
+def cut_lines(result: Plan) -> list[str]:
+    """For a backend that cuts GPUs into instances: its best way and S, with the GPUs that
+    way needs at each S tried (why that S)."""
+    lines = []
+    for backend, best in result.per_backend.items():
+        layout = best.settings.get("layout")
+        if layout is None:
+            continue
+        same = [
+            item
+            for item in result.candidates
+            if item.settings["backend"] == backend and item.settings.get("layout") == layout
+        ]
+        counts = ", ".join(f"S={item.settings['slicesPerGpu']}: {item.gpus}" for item in same)
+        lines.append(
+            f"Cutting GPUs ({backend}): {best.name}: {_gpus(best.gpus)}, the fewest of its "
+            f"ways and S; {layout} needs {counts} GPUs."
+        )
+    return lines
+
+
+def tradeoffs(result: Plan) -> str:
+    """The trade-offs as a Markdown table: each backend's best configuration, the sharing
+    pools' under either strategy, and each way of cutting GPUs the table shows; the GPUs
+    each needs and what each opted-in Pod is guaranteed of a GPU's compute and memory."""
+    best = {item.name for item in [*result.per_backend.values(), *result.twins]}
+    shown = [item for item in result.candidates if item.name in best or "layout" in item.settings]
+    rows = [
+        "| configuration | GPUs | saved vs no sharing | each opted-in Pod gets (Pods) |",
+        "|---|---:|---:|---|",
+    ]
+    for item in [result.no_sharing, *shown]:
+        name = item.name + (" (recommended)" if item.recommended else "")
+        saved = result.no_sharing.gpus - item.gpus
+        got = gets(item).replace("|", "\\|") or "whole GPUs"
+        rows.append(f"| {name} | {item.gpus} | {saved} | {got} |")
+    return "\n".join(rows) + "\n"
 
 
 def _settings(settings: dict[str, Any]) -> str:

@@ -5,8 +5,10 @@ GPUs) with the share of one GPU it needs. Every estimate asks the backends thems
 how a task is placed (`backend_for(config).place(slices)`), so it rounds exactly as the
 webhook would: a share becomes the slice count it rounds up to, the backend turns that
 count into what the Pod gets, and Pods that land alike (same resource, same node labels)
-pack together on GPUs of their own. The count ignores node boundaries, CPU and memory:
-it is the floor a scheduler can reach, which the packing benchmark measures against.
+pack together on GPUs of their own. A backend that cuts GPUs into instances (MIG) says
+how each way of cutting them holds its Pods' instances (`Backend.gpu_layouts`). The count
+ignores node boundaries, CPU and memory: it is the floor a scheduler can reach, which the
+packing benchmark measures against.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends import BACKENDS, Placement, backend_for, sharing_degree
+from castslice.backends import BACKENDS, GpuLayout, LaidOut, Placement, backend_for, sharing_degree
 from castslice.contract.definitions import APPLIED, DecisionRecord
 from castslice.contract.patch import quantity_value, refused_count
 from castslice.decision.pods import less_than_asked_text
 from castslice.decision.slices import share_text
-from castslice.settings.config import Config
+from castslice.settings.config import SHARING_STRATEGIES, Config
 from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
 # The slice counts per GPU tried for backends that place a slice count.
@@ -81,6 +83,8 @@ class Pool:
     gpus: int
     tasks: int
     degree: int | None = None
+    # What each GPU holds, where the backend cuts GPUs into instances (name: count).
+    instances: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class Estimate:
     ratios: dict[str, int] = field(default_factory=dict)
     # How many kinds of Pods get another share of a GPU than today (no whole count keeps it).
     reshared: int = 0
+    # What the opted-in Pods are guaranteed of a GPU's compute and memory: how many get each.
+    gets: tuple[tuple[str, int], ...] = ()
 
     def as_dict(self, baseline: int, today: int) -> dict[str, Any]:
         return {
@@ -117,15 +123,20 @@ class Estimate:
             "gpusVsToday": self.gpus - today,
             "podsRoundedUp": self.rounded_up,
             "gpusRoundedUp": round(float(self.rounded_by), 3),
-            "pools": [
-                {"pool": pool.label, "gpus": pool.gpus, "tasks": pool.tasks}
-                | ({"degree": pool.degree} if pool.degree else {})
-                | ({"shareOfGpus": round(pool.gpus / self.gpus, 3)} if self.gpus else {})
-                for pool in self.pools
-            ],
+            "eachPodGets": dict(self.gets),
+            "pools": self.pools_dict(),
             "warnings": list(self.warnings),
             "recommended": self.recommended,
         }
+
+    def pools_dict(self) -> list[dict[str, Any]]:
+        return [
+            {"pool": pool.label, "gpus": pool.gpus, "tasks": pool.tasks}
+            | ({"degree": pool.degree} if pool.degree else {})
+            | ({"instancesPerGpu": dict(pool.instances)} if pool.instances else {})
+            | ({"shareOfGpus": round(pool.gpus / self.gpus, 3)} if self.gpus else {})
+            for pool in self.pools
+        ]
 
 
 @dataclass
@@ -148,6 +159,8 @@ class Plan:
     # scheduler extender scores those), and the demand that comes in shares of a GPU.
     recommended_claims_devices: bool = False
     shared_demand: Fraction = Fraction(0)
+    # Each sharing-pool backend's best under the other sharing strategy (the same GPUs).
+    twins: list[Estimate] = field(default_factory=list)
 
     @property
     def extender_advice(self) -> tuple[bool, str]:
@@ -212,6 +225,8 @@ class Plan:
                     "notes": list(item.notes),
                     "sliceRatios": item.ratios,
                     "gpus": item.gpus,
+                    "pools": item.pools_dict(),
+                    "eachPodGets": dict(item.gets),
                 }
                 for backend, item in self.per_backend.items()
             },
@@ -297,18 +312,29 @@ class _Group:
     degree: int | None = None
 
 
-def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
+def estimate(
+    config: Config, tasks: Sequence[Task], name: str, layout: GpuLayout | None = None
+) -> Estimate:
     """GPUs `config` needs for `tasks`: each opted-in share rounded up to slices and placed by
     the backend; Pods that ask for the same resource with the same node labels share a
     group of nodes, whose shares pack onto whole GPUs beside its whole-GPU Pods. Whole GPUs
-    go where a Pod left alone goes (the GPU resource, no labels)."""
+    go where a Pod left alone goes (the GPU resource, no labels). A backend that cuts GPUs
+    into instances counts its instances on GPUs cut as `layout` says (by default the first
+    of its layouts, how its own nodes are counted)."""
     backend = backend_for(config)
+    if layout is None:
+        layouts = backend.gpu_layouts()
+        layout = layouts[0] if layouts else None
+    # Pods placed on instances, by slice count, for the layout to count.
+    on_instances: Counter[int] = Counter()
+    gets: Counter[str] = Counter()
     per_gpu = config.slices_per_gpu
     pools = pooled(config)
     whole_key: NodeKey = (config.gpu_resource, ())
     groups: dict[NodeKey, _Group] = {}
     rounded, rounded_by = 0, Fraction(0)
     placements: dict[int, Placement] = {}
+    guaranteed: dict[int, str] = {}
     # Tasks asking alike are counted once: a trace has thousands, of a few hundred kinds
     # (counted by integers: hashing a Fraction costs twenty times as much).
     kinds = Counter((task.opted_in, task.gpus.numerator, task.gpus.denominator) for task in tasks)
@@ -323,11 +349,16 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
         slices = max(1, math.ceil(gpus * per_gpu))
         if slices not in placements:
             placements[slices] = backend.place(slices)
+            guaranteed[slices] = backend.guaranteed(slices)
         placement = placements[slices]
+        gets[guaranteed[slices]] += count
         given = placement.gpus
         if given > gpus:
             rounded += count
             rounded_by += (given - gpus) * count
+        if layout is not None and placement.instance is not None:
+            on_instances[slices] += count
+            continue
         if given.denominator == 1:
             group = groups.setdefault(whole_key, _Group())
             group.whole += int(given) * count
@@ -340,11 +371,28 @@ def estimate(config: Config, tasks: Sequence[Task], name: str) -> Estimate:
         group.tasks += count
     found = [_pool(group, per_gpu) for group in groups.values()]
     found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
+    notes: tuple[str, ...] = ()
+    if layout is not None:
+        laid_out = layout.pack(on_instances)
+        found[:0] = [_laid_pool(laid) for laid in laid_out]
+        notes = layout.notes(laid_out)
     warnings = _named_warnings(config, tasks, placements, pools)
     total = sum(pool.gpus for pool in found)
     return Estimate(
-        name, settings_of(config), total, tuple(found), rounded, rounded_by, tuple(warnings)
+        name,
+        settings_of(config, layout),
+        total,
+        tuple(found),
+        rounded,
+        rounded_by,
+        tuple(warnings),
+        notes=notes,
+        gets=tuple(sorted(gets.items(), key=lambda item: (-item[1], item[0]))),
     )
+
+
+def _laid_pool(laid: LaidOut) -> Pool:
+    return Pool(laid.layout, laid.gpus, laid.pods, instances=laid.instances)
 
 
 def _named_warnings(
@@ -357,16 +405,25 @@ def _named_warnings(
     several: Counter[str] = Counter()
     finer: Counter[str] = Counter()
     finest = Fraction(1, max(config.sharing_degrees))
+    # Per kind of share (a trace has thousands of tasks of a few hundred kinds): what it is
+    # given, whether it is finer than the pools offer, whether it is more than a GPU.
+    kinds: dict[tuple[int, int], tuple[Fraction, bool, bool]] = {}
     for task in tasks:
         if not task.opted_in:
             continue
-        given = placements[max(1, math.ceil(task.gpus * config.slices_per_gpu))].gpus
-        if pools and task.gpus < finest and task.gpus < given < 1:
+        key = (task.gpus.numerator, task.gpus.denominator)
+        kind = kinds.get(key)
+        if kind is None:
+            given = placements[max(1, math.ceil(task.gpus * config.slices_per_gpu))].gpus
+            finer_kind = pools and task.gpus < finest and task.gpus < given < 1
+            kind = kinds[key] = (given, finer_kind, task.gpus > 1)
+        given, finer_kind, several_kind = kind
+        if finer_kind:
             finer[task.name] += 1
         if task.asked is not None and task.asked > 1 and given < task.asked:
             text = less_than_asked_text(task.container, str(task.asked), given, config.gpu_resource)
             fewer[f"{task.name}: {text}"] = None
-        if task.gpus > 1:
+        if several_kind:
             several[task.name] += 1
     warnings = list(fewer)
     if several:
@@ -427,10 +484,13 @@ def pooled(config: Config) -> bool:
     return pairs[0].place(1) != pairs[1].place(1)
 
 
-def settings_of(config: Config) -> dict[str, Any]:
+def settings_of(config: Config, layout: GpuLayout | None = None) -> dict[str, Any]:
     settings: dict[str, Any] = {"backend": config.backend, "slicesPerGpu": config.slices_per_gpu}
     if pooled(config):
         settings["sharingDegrees"] = list(config.sharing_degrees)
+    if layout is not None:
+        settings["layout"] = layout.name
+        settings["backendSettings"] = layout.environment()
     return settings
 
 
@@ -442,21 +502,37 @@ def environment_of(settings: Mapping[str, Any]) -> dict[str, str]:
     }
     if "sharingDegrees" in settings:
         environment["CASTSLICE_SHARING_DEGREES"] = ",".join(map(str, settings["sharingDegrees"]))
+    environment.update(settings.get("backendSettings") or {})
     return environment
 
 
-def candidate_configs(config: Config) -> Iterable[tuple[str, Config]]:
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration plan counts: its settings, and how its GPUs are cut, if they are."""
+
+    config: Config
+    layout: GpuLayout | None = None
+
+
+def candidate_configs(config: Config) -> Iterable[tuple[str, Candidate]]:
     """Each backend with each setting worth trying, named as the table shows it; each a
-    complete configuration (rescaled() keeps the presets' and default's shares)."""
+    complete configuration (rescaled() keeps the presets' and default's shares). A backend
+    that cuts GPUs into instances is tried with each way of cutting them, at each S."""
     for backend, backend_type in BACKENDS.items():
         if backend_type.plan_refusal is not None:
             continue
         # Today's backend keeps today's resource names; another takes its own default.
         shared = config.shared_resource if backend == config.backend else ""
         base = replace(config, backend=backend, shared_resource=shared)
+        if backend_for(base).gpu_layouts() is not None:
+            for per_gpu in sorted({*SLICE_CANDIDATES, config.slices_per_gpu}):
+                for layout in backend_for(rescaled(base, per_gpu)).gpu_layouts() or ():
+                    name = f"{backend} {layout.name} S={per_gpu}"
+                    yield name, Candidate(layout.config, layout)
+            continue
         if not pooled(base):
             for per_gpu in sorted({*SLICE_CANDIDATES, config.slices_per_gpu}):
-                yield f"{backend} S={per_gpu}", rescaled(base, per_gpu)
+                yield f"{backend} S={per_gpu}", Candidate(rescaled(base, per_gpu))
             continue
         for size in range(1, MAX_POOLS + 1):
             for degrees in itertools.combinations(DEGREE_CANDIDATES, size):
@@ -466,7 +542,7 @@ def candidate_configs(config: Config) -> Iterable[tuple[str, Config]]:
                 least = math.lcm(*degrees)
                 per_gpu = config.slices_per_gpu if config.slices_per_gpu % least == 0 else least
                 name = f"{backend} pools {','.join(map(str, degrees))}"
-                yield name, rescaled(replace(base, sharing_degrees=degrees), per_gpu)
+                yield name, Candidate(rescaled(replace(base, sharing_degrees=degrees), per_gpu))
 
 
 def rescaled(config: Config, per_gpu: int) -> Config:
@@ -503,8 +579,11 @@ class Changes:
     reshared: int
 
 
-def changes(today: Config, candidate: Config, tasks: Sequence[Task]) -> Changes:
-    """What `candidate` asks to change over `today`."""
+def changes(
+    today: Config, candidate: Config, tasks: Sequence[Task], layout: GpuLayout | None = None
+) -> Changes:
+    """What `candidate` asks to change over `today`; with a layout, every setting of the
+    backend's that says how the GPUs are cut."""
     environment: dict[str, str] = {}
     if candidate.backend != today.backend:
         environment["CASTSLICE_BACKEND"] = candidate.backend
@@ -512,6 +591,10 @@ def changes(today: Config, candidate: Config, tasks: Sequence[Task]) -> Changes:
         environment["CASTSLICE_SLICES_PER_GPU"] = str(candidate.slices_per_gpu)
     if pooled(candidate) and candidate.sharing_degrees != today.sharing_degrees:
         environment["CASTSLICE_SHARING_DEGREES"] = ",".join(map(str, candidate.sharing_degrees))
+    if pooled(candidate) and candidate.sharing_strategy != today.sharing_strategy:
+        environment["CASTSLICE_SHARING_STRATEGY"] = candidate.sharing_strategy
+    if layout is not None:
+        environment.update(layout.environment())
     if dict(candidate.presets) != dict(today.presets):
         environment["CASTSLICE_PRESETS"] = ",".join(
             f"{name}={slices}" for name, slices in candidate.presets.items()
@@ -606,20 +689,21 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
     backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
     today, else it keeps today's settings and says why."""
     candidates = dict(candidate_configs(config))
-    estimates = []
-    for name, candidate in candidates.items():
-        change = changes(config, candidate, tasks)
-        found = estimate(candidate, tasks, name)
-        estimates.append(
-            replace(
-                found,
-                environment=change.environment,
-                notes=change.notes,
-                ratios=change.ratios,
-                reshared=change.reshared,
-            )
-        )
+    estimates = [
+        _estimate(config, candidate, tasks, name) for name, candidate in candidates.items()
+    ]
     chosen = _per_backend(estimates, config)
+    # Sharing pools place alike under time-slicing and MPS: the other strategy of each
+    # backend's best, for what each Pod gets (never recommended over it: the same GPUs).
+    twins = []
+    for item in chosen.values():
+        candidate = candidates[item.name]
+        if pooled(candidate.config):
+            other = next(s for s in SHARING_STRATEGIES if s != candidate.config.sharing_strategy)
+            name = f"{item.name} ({other})"
+            twin = Candidate(replace(candidate.config, sharing_strategy=other))
+            candidates[name] = twin
+            twins.append(_estimate(config, twin, tasks, name))
     today = estimate(config, tasks, "today")
     without = no_sharing(tasks)
     mine = (
@@ -634,10 +718,14 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
             "; sharing saves no GPU for this workload" if today.gpus >= without.gpus else ""
         )
     # The backend the plan recommends: today's when it keeps the settings.
-    recommended = config if keep else candidates[mine.name]
-    claims_devices = backend_for(recommended).claim_templates() is not None
+    recommended = config if keep else candidates[mine.name].config
+    # The extender scores shares of DRA devices: not whole devices such as MIG instances.
+    chosen_backend = backend_for(recommended)
+    claims_devices = (
+        chosen_backend.claim_templates() is not None and chosen_backend.gpu_layouts() is None
+    )
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
-    kept = [item for item in marked if item.recommended or _shown(item, chosen)]
+    kept = [item for item in marked if item.recommended or _shown(item, chosen)] + twins
     opted = [task for task in tasks if task.opted_in]
     return Plan(
         len(tasks),
@@ -651,6 +739,20 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
         keep,
         claims_devices,
         sum((task.gpus for task in opted if task.gpus.denominator != 1), Fraction(0)),
+        twins,
+    )
+
+
+def _estimate(today: Config, candidate: Candidate, tasks: Sequence[Task], name: str) -> Estimate:
+    """The candidate's estimate with what to set over today's settings for it."""
+    change = changes(today, candidate.config, tasks, candidate.layout)
+    found = estimate(candidate.config, tasks, name, candidate.layout)
+    return replace(
+        found,
+        environment=change.environment,
+        notes=change.notes + found.notes,
+        ratios=change.ratios,
+        reshared=change.reshared,
     )
 
 
@@ -660,7 +762,10 @@ def _per_backend(estimates: Sequence[Estimate], today: Config) -> dict[str, Esti
     for backend in backends:
         mine = [item for item in estimates if item.settings["backend"] == backend]
         fewest = min(item.gpus for item in mine)
-        good = [item for item in mine if item.gpus <= fewest * (1 + WORTH_IT)]
+        # A finer S costs a backend that cuts GPUs into instances no pool or template: its
+        # Pods only get instances that fit them better. It takes the fewest GPUs outright.
+        slack = 0 if any("layout" in item.settings for item in mine) else WORTH_IT
+        good = [item for item in mine if item.gpus <= fewest * (1 + slack)]
         chosen[backend] = min(good, key=lambda item: (_coarseness(item, today), item.gpus))
     return chosen
 
@@ -676,7 +781,13 @@ def _coarseness(item: Estimate, today: Config) -> tuple[int, int, int, int, int]
 
 def _shown(item: Estimate, chosen: Mapping[str, Estimate]) -> bool:
     """The table shows each backend's slice settings, its default pool and its best pools."""
+    best = chosen[item.settings["backend"]]
+    if "layout" in item.settings:
+        # Each way of cutting GPUs at the best one's S, and the best one's at each S.
+        return item.settings["slicesPerGpu"] == best.settings["slicesPerGpu"] or (
+            item.settings["layout"] == best.settings["layout"]
+        )
     degrees = item.settings.get("sharingDegrees")
     if degrees is None:
         return True
-    return item.name == chosen[item.settings["backend"]].name or degrees == [4]
+    return item.name == best.name or degrees == [4]

@@ -36,13 +36,14 @@ from castslice.backends.base import (
     claims_left_alone,
     whole_gpus,
 )
-from castslice.backends.mig import choice, devices, devices_check
+from castslice.backends.mig import choice, devices, devices_check, layouts
 from castslice.backends.mig.choice import Instance
 from castslice.backends.mig.gpu_view import MigGpuView
 from castslice.backends.mig.profiles import MODELS, PROFILE_NAMES, fraction_text
 from castslice.contract.cluster import Cluster
 from castslice.contract.kube import PodSpec
 from castslice.contract.patch import GpuContainer, PatchOperation
+from castslice.settings.config import Config
 
 # NVIDIA GPU Feature Discovery v0.20.0 (internal/lm/resource.go, mig-strategy.go).
 PRODUCT = "nvidia.com/gpu.product"
@@ -68,11 +69,6 @@ SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
 class MigBackend(Backend):
     name = "mig"
     placement_keys = (PRODUCT, PARTITION)
-    plan_refusal = (
-        "the mig backend's instances are not counted yet: a MIG GPU is cut into NVIDIA's "
-        "fixed layouts, not into the shares plan packs; compare layouts with "
-        "docs/backends.md#mig"
-    )
     policy_mode_refusal = (
         "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
         "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
@@ -188,6 +184,9 @@ class MigBackend(Backend):
         # MIG node advertises its instances as the GPU resource, on GKE a partition node.
         absent = {"single": (SINGLE_MIG_ATTRIBUTE,), "gke": (GKE_SHARING, PARTITION)}
         return Placement(gpu, gpus, {}, Fraction(gpus), absent.get(stack, ()))
+
+    def gpu_layouts(self) -> Sequence[layouts.MigLayout]:
+        return layouts.layouts(self.config, _chosen_instance)
 
     def pod_operations(
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
@@ -324,6 +323,13 @@ class MigBackend(Backend):
     def quota_resource(self) -> str | None:
         # The resource differs per profile (mixed) or stays the GPU's (single, gke).
         return None
+
+
+def _chosen_instance(config: Config, slices: int) -> str | None:
+    """The profile a Pod of `slices` gets on the first model the settings name, or None."""
+    chosen, _, _ = MigBackend(config)._choice(slices)
+    first = choice.models(config)[0]
+    return next((i.profile.name for i in chosen if i.model == first), None)
 
 
 def _needs_product(chosen: list[Instance], models: tuple[Any, ...]) -> bool:
