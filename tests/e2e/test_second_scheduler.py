@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.kubernetes("1.36")
 Manifest = dict[str, Any]
 
 SECOND = "castslice-scheduler"
-RELEASE_NAMESPACE = "castslice"
+RELEASE_NAMESPACE = f"second-{uuid.uuid4().hex[:8]}"
 SETTINGS = {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SCHEDULER_NAME": SECOND}
 CHART_VALUES = {
     "backend": "dra",
@@ -57,10 +58,11 @@ _SETTLE_TIMEOUT = 120.0
 
 
 def chart_scheduler_objects(helm: Path, workdir: Path) -> list[Manifest]:
-    """What the chart installs for the second scheduler (release castslice in castslice)."""
-    rendered = run_helm(
-        helm, *template_args(values_file(workdir, CHART_VALUES), kube_version="1.37.2")
-    ).stdout
+    """What the chart installs for the second scheduler (release castslice)."""
+    args = template_args(
+        values_file(workdir, CHART_VALUES), namespace=RELEASE_NAMESPACE, kube_version="1.37.2"
+    )
+    rendered = run_helm(helm, *args).stdout
     return [
         item
         for item in installed_objects(rendered)
@@ -82,9 +84,9 @@ def second_scheduler(
                 "Deployment"} <= kinds  # fmt: skip
         create_namespace(api, RELEASE_NAMESPACE)
         # Its rights exactly as the chart grants them; nothing else lets it act.
-        for item in objects:
-            if item["kind"] not in ("ConfigMap", "Deployment"):
-                kubernetes.utils.create_from_dict(api, item, verbose=False)
+        rights = [item for item in objects if item["kind"] not in ("ConfigMap", "Deployment")]
+        for item in rights:
+            kubernetes.utils.create_from_dict(api, item, verbose=False)
         (config_map,) = [item for item in objects if item["kind"] == "ConfigMap"]
         config = yaml.safe_load(config_map["data"]["config.yaml"])
         (account,) = [item for item in objects if item["kind"] == "ServiceAccount"]
@@ -103,6 +105,19 @@ def second_scheduler(
         finally:
             control_plane.retire(process)
             extender.stop()
+            _delete(api, rights)
+            kubernetes.client.CoreV1Api(api).delete_namespace(RELEASE_NAMESPACE)
+
+
+def _delete(api: kubernetes.client.ApiClient, objects: list[Manifest]) -> None:
+    """The cluster-wide and kube-system objects the fixture made, which outlive its namespace."""
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api)
+    for item in objects:
+        name, namespace = item["metadata"]["name"], item["metadata"].get("namespace")
+        if item["kind"] == "ClusterRoleBinding":
+            rbac.delete_cluster_role_binding(name)
+        elif item["kind"] == "RoleBinding" and namespace == "kube-system":
+            rbac.delete_namespaced_role_binding(name, namespace)
 
 
 def castslice_templates(kubectl: Kubectl, namespace: str) -> None:
@@ -167,14 +182,27 @@ def allocations(api: kubernetes.client.ApiClient, namespace: str) -> list[tuple[
     return held
 
 
-def schedulers_by_pod(api: kubernetes.client.ApiClient, namespace: str) -> dict[str, str]:
-    """Which scheduler bound each Pod: the controller that reported its Scheduled event."""
-    events = kubernetes.client.EventsV1Api(api).list_namespaced_event(namespace).items
-    return {
-        event.regarding.name: event.reporting_controller
-        for event in events
-        if event.reason == "Scheduled"
-    }
+def schedulers_by_pod(
+    api: kubernetes.client.ApiClient, namespace: str, bound: set[str]
+) -> dict[str, str]:
+    """Which scheduler bound each Pod of `bound`: the controller that reported its Scheduled
+    event (written a moment after the binding)."""
+
+    def reported() -> dict[str, str] | None:
+        answer = kubernetes.client.EventsV1Api(api).list_namespaced_event(
+            namespace, _preload_content=False
+        )
+        found = {
+            event["regarding"]["name"]: event["reportingController"]
+            for event in json.loads(answer.data)["items"]
+            if event.get("reason") == "Scheduled"
+        }
+        return found if bound <= found.keys() else None
+
+    found: dict[str, str] = wait_until(
+        reported, timeout=30, what="a Scheduled event for every bound Pod", interval=0.5
+    )
+    return found
 
 
 def test_a_burst_for_both_schedulers_never_books_a_device_past_its_shares(
@@ -202,7 +230,9 @@ def test_a_burst_for_both_schedulers_never_books_a_device_past_its_shares(
         create_all(api, namespace, burst)
         pods = settled(api, namespace, len(burst))
         held = allocations(api, namespace)
-        bound_by = schedulers_by_pod(api, namespace)
+        bound_by = schedulers_by_pod(
+            api, namespace, {pod["metadata"]["name"] for pod in pods if running(pod)}
+        )
 
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     rewritten = {name for name, pod in by_name.items() if APPLIED in pod["metadata"]["annotations"]}
@@ -274,7 +304,7 @@ def test_without_the_taint_rule_the_default_scheduler_allocates_the_second_sched
                 lambda: running(_read(api, namespace, "plain")), timeout=60, what="plain to run"
             )
             held = allocations(api, namespace)
-            bound_by = schedulers_by_pod(api, namespace)
+            bound_by = schedulers_by_pod(api, namespace, {"dev", "plain"})
     finally:
         ensure_taint_rule(api)
     assert bound_by == {"dev": SECOND, "plain": "default-scheduler"}
