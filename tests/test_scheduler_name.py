@@ -30,6 +30,7 @@ from tests.factories import (
 from tests.test_dra import claimed
 
 SECOND = "castslice-scheduler"
+TYPE = "castops.io/workload-type"
 SETTINGS = {"CASTSLICE_BACKEND": "dra", "CASTSLICE_SCHEDULER_NAME": SECOND}
 
 
@@ -160,3 +161,19 @@ def test_the_rewritten_pod_is_never_changed_again(
     once = apply_response(pod, review_response(client, make_review(pod)))
     again = review_response(client, make_review(once))
     assert apply_response(once, again) == once
+
+
+def test_a_deployment_whose_pods_name_their_own_scheduler_is_warned_as_they_would_be(
+    make_client: Callable[..., TestClient],
+) -> None:
+    from tests.factories import assert_warned_only, workload_review
+    from tests.test_workloads import pod_of, template_of, workload
+
+    client = make_client(**SETTINGS)
+    manifest = workload("Deployment", template_annotations=opted_in(**{TYPE: "dev"}))
+    template_of(manifest)["spec"]["schedulerName"] = "volcano"
+    warnings = assert_warned_only(review_response(client, workload_review(manifest)))
+    assert warnings == review_response(client, make_review(pod_of(manifest)))["warnings"]
+    assert warnings == [
+        f'spec.schedulerName is "volcano", not "{SECOND}"; castslice left the Pod unchanged'
+    ]
