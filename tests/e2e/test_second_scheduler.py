@@ -126,7 +126,7 @@ def castslice_templates(kubectl: Kubectl, namespace: str) -> None:
 
 
 def gpu_pod(name: str, annotations: dict[str, str] | None) -> Manifest:
-    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: 1}}}
+    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: "1"}}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -235,7 +235,7 @@ def test_a_burst_for_both_schedulers_never_books_a_device_past_its_shares(
         )
 
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
-    rewritten = {name for name, pod in by_name.items() if APPLIED in pod["metadata"]["annotations"]}
+    rewritten = {name for name, pod in by_name.items() if APPLIED in (pod["metadata"].get("annotations") or {})}
     assert rewritten == {pod["metadata"]["name"] for pod in [*shares, *wholes]}
     # Only the Pods CastSlice rewrote name the second scheduler, and it bound each that runs.
     for name, pod in by_name.items():
