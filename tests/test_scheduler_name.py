@@ -177,3 +177,10 @@ def test_a_deployment_whose_pods_name_their_own_scheduler_is_warned_as_they_woul
     assert warnings == [
         f'spec.schedulerName is "volcano", not "{SECOND}"; castslice left the Pod unchanged'
     ]
+
+
+def test_the_start_line_names_the_scheduler_pods_are_sent_to() -> None:
+    from castslice.serve.start import settings_fields
+
+    assert settings_fields(load_config(SETTINGS))["schedulerName"] == SECOND
+    assert settings_fields(load_config({"CASTSLICE_BACKEND": "dra"}))["schedulerName"] is None
