@@ -235,7 +235,11 @@ def test_a_burst_for_both_schedulers_never_books_a_device_past_its_shares(
         )
 
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
-    rewritten = {name for name, pod in by_name.items() if APPLIED in (pod["metadata"].get("annotations") or {})}
+    rewritten = {
+        name
+        for name, pod in by_name.items()
+        if APPLIED in (pod["metadata"].get("annotations") or {})
+    }
     assert rewritten == {pod["metadata"]["name"] for pod in [*shares, *wholes]}
     # Only the Pods CastSlice rewrote name the second scheduler, and it bound each that runs.
     for name, pod in by_name.items():
