@@ -32,6 +32,7 @@ from castslice.settings.table import (
     BACKEND,
     GPU_RESOURCE,
     MAX_SLICE_RATIO,
+    SCHEDULER_NAME,
     SETTINGS,
     STRICT_SETTINGS,
     Kind,
@@ -173,6 +174,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         dra_device_class=read("CASTSLICE_DRA_DEVICE_CLASS"),
         dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
         dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
+        scheduler_name=read(SCHEDULER_NAME),
         mig_gpu_models=read("CASTSLICE_MIG_GPU_MODELS"),
         mig_profiles=read("CASTSLICE_MIG_PROFILES"),
         mig_stack=read("CASTSLICE_MIG_STACK"),
@@ -181,7 +183,17 @@ def load_config(environ: Mapping[str, str]) -> Config:
     )
     if config.metrics:
         _refuse_on_serverless(environ)
+    _refuse_what_the_backend_cannot_take(read, backend)
     return config
+
+
+def _refuse_what_the_backend_cannot_take(read: _Reader, backend: str) -> None:
+    for entry in SETTINGS:
+        if entry.backend_refusal is None or read.read.get(entry.variable) is None:
+            continue
+        refusal = getattr(backend_class(backend), entry.backend_refusal)
+        if refusal:
+            raise ConfigError(f"{entry.variable} is set, but with {BACKEND}={backend} {refusal}")
 
 
 _FROM_TABLE = object()
@@ -363,8 +375,8 @@ def _device_class(read: _Reader, entry: Setting, value: str) -> str:
     value = value.strip()
     if not is_dns_subdomain(value):
         raise ConfigError(
-            f"{name}={value!r} is not a DeviceClass name: a lowercase DNS subdomain "
-            "such as gpu.nvidia.com"
+            f"{name}={value!r} is not {entry.noun}: a lowercase DNS subdomain "
+            "(lowercase letters, digits, '-' and '.'), as gpu.nvidia.com"
         )
     return value
 

@@ -222,6 +222,14 @@ class Backend:
     placement_keys: ClassVar[tuple[str, ...]] = ()
     # Why `castslice policy` cannot render this backend, or None when it can.
     policy_mode_refusal: ClassVar[str | None] = None
+    # Why this backend cannot send opted-in Pods to a scheduler of their own
+    # (CASTSLICE_SCHEDULER_NAME), or None when it can: only where no other scheduler can
+    # allocate what those Pods share are two schedulers safe side by side.
+    scheduler_name_refusal: ClassVar[str | None] = (
+        "it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its "
+        "DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out "
+        "twice (docs/backends.md#a-second-scheduler)"
+    )
     # Why `castslice plan` cannot count this backend's GPUs, or None when it can: plan then
     # leaves it out of its candidates.
     plan_refusal: ClassVar[str | None] = None

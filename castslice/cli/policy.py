@@ -28,6 +28,13 @@ def run(args: argparse.Namespace) -> int:
     refusal = backend_for(config).policy_mode_refusal
     if refusal:
         raise CommandError(refusal)
+    if config.scheduler_name:
+        # The policies write no spec.schedulerName: they would send Pods to devices that
+        # another scheduler may also be allocating.
+        raise CommandError(
+            "CASTSLICE_SCHEDULER_NAME is set, and policy mode does not send Pods to another "
+            "scheduler; use the webhook (castslice webhook)"
+        )
     render = render_json if args.output == "json" else render_yaml
     sys.stdout.write(render(config))
     return 0

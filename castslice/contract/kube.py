@@ -38,6 +38,12 @@ class PodSpec(TypedDict, total=False):
     # DRA: the Pod's own claims, and a node chosen by hand (its claims are never allocated).
     resourceClaims: list[Any] | None
     nodeName: str | None
+    # The API server writes DEFAULT_SCHEDULER where the Pod names none, before any webhook.
+    schedulerName: str | None
+
+
+# What the API server defaults spec.schedulerName to (k8s.io/api core/v1 DefaultSchedulerName).
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 class ObjectMeta(TypedDict, total=False):

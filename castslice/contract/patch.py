@@ -201,6 +201,14 @@ def node_selector_operations(spec: PodSpec, selector: Mapping[str, str]) -> list
     return map_entries_operations("/spec/nodeSelector", spec.get("nodeSelector"), selector)
 
 
+def scheduler_operations(spec: PodSpec, scheduler: str) -> list[PatchOperation]:
+    """Name `scheduler` in spec.schedulerName (replaced where the Pod has one)."""
+    if spec.get("schedulerName") == scheduler:
+        return []
+    op: Literal["add", "replace"] = "replace" if "schedulerName" in spec else "add"
+    return [{"op": op, "path": "/spec/schedulerName", "value": scheduler}]
+
+
 def annotation_operations(metadata: ObjectMeta, entries: Mapping[str, str]) -> list[PatchOperation]:
     return map_entries_operations("/metadata/annotations", metadata.get("annotations"), entries)
 

@@ -11,14 +11,15 @@ import functools
 from collections.abc import Mapping
 from fractions import Fraction
 
-from castslice.backends import Backend, Placement
+from castslice.backends import Backend, LeftAlone, Placement
 from castslice.contract.definitions import APPLIED, DecisionRecord
-from castslice.contract.kube import Pod
+from castslice.contract.kube import DEFAULT_SCHEDULER, Pod, PodSpec
 from castslice.contract.patch import (
     GpuContainer,
     annotation_operations,
     asked_quantity,
     gpu_containers,
+    scheduler_operations,
 )
 from castslice.contract.review import POD_KIND, AdmissionRequest, allowed, patched
 from castslice.decision.enrolment import by_annotation, decide, rule_decision
@@ -77,7 +78,7 @@ class PodDecision:
                 "no GPU request to rewrite",
                 backend=backend.name,
             )
-        left_alone = backend.left_alone(spec)
+        left_alone = backend.left_alone(spec) or _own_scheduler(spec, config.scheduler_name)
         if left_alone:
             warnings.append(clip(f"{left_alone.detail}; castslice left the Pod unchanged"))
             return Outcome(
@@ -99,6 +100,8 @@ class PodDecision:
                 warnings.append(warning)
         warnings += backend.notes(placement)
         operations = backend.pod_operations(spec, containers, placement)
+        if config.scheduler_name:
+            operations += scheduler_operations(spec, config.scheduler_name)
         record = DecisionRecord(
             decision.slices, decision.source, backend.name, original, placement.instance
         )
@@ -110,6 +113,8 @@ class PodDecision:
         }
         if placement.instance:
             audit["instance"] = placement.instance
+        if config.scheduler_name:
+            audit["scheduler"] = config.scheduler_name
         return Outcome(
             patched(uid, operations, warnings, audit),
             "mutated",
@@ -134,6 +139,19 @@ def _excluded(annotations: Mapping[str, str]) -> str | None:
     if APPLIED in annotations:
         return "already applied"
     return None
+
+
+def _own_scheduler(spec: PodSpec, scheduler: str | None) -> LeftAlone | None:
+    """A Pod that names a scheduler of its own keeps it, and keeps what it asked for: its
+    scheduler is not the one CastSlice's shared devices are kept to, and two schedulers
+    allocating the same devices can hand out one share twice."""
+    named = spec.get("schedulerName")
+    if scheduler is None or named in (None, "", DEFAULT_SCHEDULER, scheduler):
+        return None
+    return LeftAlone(
+        "names its own scheduler",
+        f"spec.schedulerName is {shorten(str(named))}, not {shorten(scheduler)}",
+    )
 
 
 def _less_than_asked(

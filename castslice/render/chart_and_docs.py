@@ -195,6 +195,25 @@ def _differs_check(entry: Setting) -> list[str]:
     ]
 
 
+def _backend_refusal_check(entry: Setting) -> list[str]:
+    """Set, this value is refused with each backend that says why it cannot take it."""
+    assert entry.backend_refusal is not None
+    name = chart_value(entry.variable)
+    lines = []
+    for backend in BACKENDS:
+        refusal = getattr(backend_class(backend), entry.backend_refusal)
+        if not refusal:
+            continue
+        message = f"{name} is set, but with backend {backend} {refusal} ({entry.variable})"
+        lines += [
+            f"{{{{- if and {ref(entry.variable)} (eq (toString {ref(BACKEND)}) "
+            f"{_go_string(backend)}) }}}}",
+            f"{{{{- fail {_go_string(message)} }}}}",
+            "{{- end }}",
+        ]
+    return lines
+
+
 def _environment_helper() -> list[str]:
     """The CASTSLICE_* environment from the values named after each variable, one
     `VARIABLE: "text"` line each; a null value leaves its variable out (the application's
@@ -274,6 +293,8 @@ def check_template() -> str:
             lines += kind.chart_checks(entry)
         if entry.differs_from is not None:
             lines += _differs_check(entry)
+        if entry.backend_refusal is not None:
+            lines += _backend_refusal_check(entry)
     lines.append("{{- end -}}")
     lines += _environment_helper()
     lines += _flags_helper()

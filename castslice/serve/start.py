@@ -57,6 +57,7 @@ def settings_fields(config: Config) -> dict[str, object]:
         "draGpuMemory": (
             None if config.dra_gpu_memory is None else memory_quantity(config.dra_gpu_memory)
         ),
+        "schedulerName": config.scheduler_name,
     }
 
 

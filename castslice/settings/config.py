@@ -59,6 +59,8 @@ class Config:
     dra_device_class: str = "gpu.nvidia.com"
     dra_capacity: str = "shares"
     dra_gpu_memory: int | None = None
+    # The scheduler opted-in Pods are sent to (spec.schedulerName), or None: their own.
+    scheduler_name: str | None = None
     # The `mig` backend: the GPU models of the cluster's MIG nodes (names of the profile
     # table), the profiles they offer (None: every profile NVIDIA defines for them), the
     # stack, the rule "holds s/S" and where whole-GPU requests go.

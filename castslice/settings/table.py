@@ -63,6 +63,7 @@ MAX_SLICE_RATIO = "CASTSLICE_MAX_SLICE_RATIO"
 BACKEND = "CASTSLICE_BACKEND"
 GPU_RESOURCE = "CASTSLICE_GPU_RESOURCE"
 STRICT_SETTINGS = "CASTSLICE_STRICT_SETTINGS"
+SCHEDULER_NAME = "CASTSLICE_SCHEDULER_NAME"
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class Setting:
     secret: bool = False
     # The variable of a boolean setting without which the chart leaves this one out.
     chart_when: str | None = None
+    # The Backend attribute saying why a backend refuses this setting when it is set (None
+    # there: the backend takes it); the application and the chart refuse the same.
+    backend_refusal: str | None = None
 
     @property
     def in_environment(self) -> bool:
@@ -224,6 +228,7 @@ SETTINGS: tuple[Setting, ...] = (
         Config.dra_device_class,
         "`dra`: the DeviceClass every claim names, a lowercase DNS subdomain.",
         chart_note="The dra backend: the DeviceClass and the capacity its claims request.",
+        noun="a DeviceClass name",
         flag="--dra-device-class",
         flag_help="the DeviceClass the dra backend's claims name",
     ),
@@ -246,6 +251,20 @@ SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_GPU_MEMORY,
         flag="--dra-gpu-memory",
         flag_help="one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
+    ),
+    Setting(
+        SCHEDULER_NAME, "schedulerName", Kind.DNS_SUBDOMAIN, None,
+        "`dra`: the scheduler every Pod CastSlice rewrites is sent to: its "
+        "`spec.schedulerName`, where it is `default-scheduler`, becomes this (a second "
+        "kube-scheduler, the chart's `extender.scheduler`); a Pod that names another "
+        "scheduler is left unchanged, with a warning. Refused with the other backends "
+        "([backends.md](backends.md#a-second-scheduler)).",
+        chart_note="The dra backend: the second kube-scheduler opted-in Pods are sent to "
+        "(null: none; extender.scheduler.enabled runs one under this name).",
+        noun="a scheduler name",
+        backend_refusal="scheduler_name_refusal",
+        flag="--scheduler-name",
+        flag_help="the scheduler the dra backend sends opted-in Pods to",
     ),
     Setting(
         STRICT_SETTINGS, "strictSettings", Kind.BOOLEAN, False,

@@ -986,8 +986,9 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         mig_whole_gpu="7g",
     )
     default = Config()
+    # schedulerName is refused with nvidia: the second scheduler's own test carries it.
     for field in dataclasses.fields(Config):
-        if field.name != "policy":
+        if field.name not in ("policy", "scheduler_name"):
             assert getattr(loaded, field.name) != getattr(default, field.name), field.name
 
 
@@ -1054,3 +1055,135 @@ def test_the_extender_is_refused_off_the_dra_backend_and_off_by_default(
     error = template_error(helm, tmp_path, {"extender": {"enabled": True}})
     assert "extender.enabled: the scheduler extender scores GPUs shared as DRA devices" in error
     assert _extender_objects(defaults) == {}
+
+
+SECOND_SCHEDULER = {
+    "backend": "dra",
+    "schedulerName": "castslice-scheduler",
+    "extender": {"enabled": True, "scheduler": {"enabled": True}},
+}
+BOOTSTRAP_ROLES = {
+    role["metadata"]["name"]: role
+    for role in yaml.safe_load(
+        (ROOT / "tests/upstream/kubernetes-v1.37.2-bootstrap-scheduler-roles.yaml").read_text()
+    )
+}
+
+
+def _scheduler_objects(objects: Objects) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (obj["kind"], obj["metadata"]["name"]): obj
+        for obj in objects
+        if obj["metadata"]["name"].startswith("castslice-scheduler")
+    }
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_second_scheduler_is_the_stock_one_with_the_extender_profile_under_its_own_name(
+    helm: Path, tmp_path: Path, version: str
+) -> None:
+    objects = template(helm, tmp_path, SECOND_SCHEDULER, kube_version=f"{version}.4")
+    made = _scheduler_objects(objects)
+    for obj in made.values():
+        kubernetes_validate.validate(obj, version, strict=True)
+    deployment = made[("Deployment", "castslice-scheduler")]
+    pod = deployment["spec"]["template"]
+    assert_restricted(pod["spec"])
+    (container,) = pod["spec"]["containers"]
+    # The stock image of the cluster's own release: never newer than its API server.
+    assert container["image"] == f"registry.k8s.io/kube-scheduler:v{version}.4"
+    assert container["command"][0] == "/usr/local/bin/kube-scheduler"
+    # Its configuration is the shipped extender profile, under its own name and lease,
+    # calling the extender's Service.
+    config = yaml.safe_load(made[("ConfigMap", "castslice-scheduler")]["data"]["config.yaml"])
+    shipped = yaml.safe_load((ROOT / "infra/scheduler/fgd-extender.yaml").read_text())
+    assert config.pop("leaderElection") == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": "castslice-scheduler",
+        "resourceNamespace": "castslice",
+    }
+    (profile,) = config["profiles"]
+    assert profile.pop("schedulerName") == "castslice-scheduler"
+    shipped["profiles"][0].pop("schedulerName")
+    assert config == shipped
+    extender = next(obj for obj in objects if obj["kind"] == "Service" and "extender" in
+                    obj["metadata"]["name"])  # fmt: skip
+    assert config["extenders"][0]["urlPrefix"] == (
+        f"http://{extender['metadata']['name']}.castslice.svc:{extender['spec']['ports'][0]['port']}"
+    )
+    # The webhook sends the Pods it rewrites to it.
+    (webhook,) = [
+        obj for obj in of_kind(objects, "Deployment") if obj["metadata"]["name"] == "castslice"
+    ]
+    (server,) = webhook["spec"]["template"]["spec"]["containers"]
+    environment = container_environment(objects, server)
+    assert environment["CASTSLICE_SCHEDULER_NAME"] == "castslice-scheduler"
+
+
+def test_the_second_scheduler_has_the_clusters_scheduler_roles_and_its_own_lease(
+    helm: Path, tmp_path: Path
+) -> None:
+    made = _scheduler_objects(template(helm, tmp_path, SECOND_SCHEDULER))
+    account = {"kind": "ServiceAccount", "name": "castslice-scheduler", "namespace": "castslice"}
+    bound = {
+        (obj["kind"], obj["metadata"].get("namespace"), obj["roleRef"]["name"])
+        for obj in made.values()
+        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        if obj["subjects"] == [account]
+    }
+    assert bound == {
+        ("ClusterRoleBinding", None, "system:kube-scheduler"),
+        ("ClusterRoleBinding", None, "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", "castslice", "castslice-scheduler-lease"),
+    }
+    # The bound roles are the API server's own; only the lease rules of
+    # system:kube-scheduler name a lease, kube-scheduler's, which the Role mirrors for its own.
+    lease_rules = [
+        rule
+        for rule in BOOTSTRAP_ROLES["system:kube-scheduler"]["rules"]
+        if rule.get("resources") == ["leases"]
+    ]
+    own = [
+        {**rule, "resourceNames": ["castslice-scheduler"]} if "resourceNames" in rule else rule
+        for rule in lease_rules
+    ]
+    role = made[("Role", "castslice-scheduler-lease")]
+    assert role["metadata"]["namespace"] == "castslice"
+    assert role["rules"] == own
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {**SECOND_SCHEDULER, "extender": {"enabled": False, "scheduler": {"enabled": True}}},
+            "extender.scheduler.enabled: the second scheduler runs the extender's profile",
+        ),
+        (
+            {**SECOND_SCHEDULER, "schedulerName": None},
+            "extender.scheduler.enabled: set schedulerName",
+        ),
+        (
+            {**SECOND_SCHEDULER, "schedulerName": "default-scheduler"},
+            "schedulerName: default-scheduler is the cluster's own scheduler",
+        ),
+        (
+            {"backend": "nvidia", "schedulerName": "castslice-scheduler"},
+            "schedulerName is set, but with backend nvidia it cannot",
+        ),
+    ],
+    ids=["without the extender", "without a name", "the default name", "a pool backend"],
+)
+def test_the_second_scheduler_is_refused_where_it_cannot_work_or_be_safe(
+    helm: Path, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    assert message in template_error(helm, tmp_path, values)
+
+
+def test_no_second_scheduler_and_no_scheduler_name_by_default(defaults: Objects) -> None:
+    assert _scheduler_objects(defaults) == {}
+    (webhook,) = [obj for obj in of_kind(defaults, "Deployment")]
+    (server,) = webhook["spec"]["template"]["spec"]["containers"]
+    assert "CASTSLICE_SCHEDULER_NAME" not in container_environment(defaults, server)

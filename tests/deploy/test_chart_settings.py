@@ -162,6 +162,7 @@ def _label(text: str) -> str:
 CONTEXT = {
     "metrics.port": {"metrics": {"enabled": True}},
     "claimTemplates.namespaces": {"backend": "dra"},
+    "schedulerName": {"backend": "dra"},
 }
 # Everything CASTSLICE_MAX_SLICE_RATIO bounds, at 1: the ratio's own least value can pass.
 ALL_AT_ONE = {
@@ -195,6 +196,9 @@ def cases() -> Iterator[tuple[str, dict[str, Any]]]:
             "gpuResource": "example.com/gpu",
         },
     )
+    for backend in choices(setting("CASTSLICE_BACKEND")):
+        # Only a backend whose shared GPUs no other scheduler can allocate takes one.
+        yield f"{backend}: schedulerName", {"backend": backend, "schedulerName": "second"}
     for backend in choices(setting("CASTSLICE_BACKEND")):
         # Unset, the shared resource is the backend's default, which gpuResource may equal.
         yield (
@@ -301,7 +305,11 @@ def _names(refusal: str, path: str) -> bool:
 def test_every_setting_of_the_chart_and_every_rule_has_cases() -> None:
     named = {case.partition("=")[0] for case in CASES}
     assert {entry.value for entry in SETTINGS if entry.value is not None} <= named
-    rules = [e for e in SETTINGS if isinstance(e.maximum, str) or e.differs_from is not None]
+    rules = [
+        e
+        for e in SETTINGS
+        if isinstance(e.maximum, str) or e.differs_from is not None or e.backend_refusal
+    ]
     for entry in rules:
         assert any(chart_value(entry.variable) in case and " " in case for case in CASES)
     # Both verdicts occur: a test of one side only would prove nothing.

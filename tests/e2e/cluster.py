@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import kubernetes.client
 import kubernetes.config
@@ -255,21 +256,47 @@ class LocalControlPlane:
     def _start_scheduler(self) -> Callable[[], None]:
         kubeconfig = self.workdir / "scheduler.kubeconfig"
         self._write_kubeconfig(kubeconfig, "system:kube-scheduler", self._scheduler)
-        port = free_port()
         connection = [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
         if self.scheduler_config is not None or self.client_qps:
             # With --config the scheduler ignores --kubeconfig and --leader-elect: the file
             # must say both, so the shipped profiles get this cluster's connection added.
             connection = [f"--config={self._scheduler_config_file(kubeconfig)}"]
+        return self._scheduler_process("kube-scheduler", connection, self.workdir / "scheduler")
+
+    def add_scheduler(
+        self, name: str, user: str, groups: tuple[str, ...], config: dict[str, Any]
+    ) -> ManagedProcess:
+        """Another kube-scheduler of the same release on this API server, signed in as
+        `user` (in `groups`), run with the KubeSchedulerConfiguration `config` as it is
+        (leader election included) plus this cluster's connection; returned once ready."""
+        pair = self.ca.issue(user, organizations=groups, client=True)
+        kubeconfig = self.workdir / f"{name}.kubeconfig"
+        self._write_kubeconfig(kubeconfig, user, pair)
+        document = {**config, "clientConnection": {"kubeconfig": str(kubeconfig)}}
+        path = self.workdir / f"{name}-config.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        wait = self._scheduler_process(name, [f"--config={path}"], self.workdir / name)
+        wait()
+        return self._processes[-1]
+
+    def retire(self, process: ManagedProcess) -> None:
+        """Stop a process added to the running plane (add_scheduler) before the plane stops."""
+        process.stop()
+        self._processes.remove(process)
+
+    def _scheduler_process(
+        self, name: str, connection: list[str], cert_dir: Path
+    ) -> Callable[[], None]:
+        port = free_port()
         scheduler = self._start(
-            "kube-scheduler",
+            name,
             [
                 str(self.binaries.scheduler),
                 *connection,
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 # Its self-signed serving certificate, instead of /var/run/kubernetes.
-                f"--cert-dir={self.workdir / 'scheduler'}",
+                f"--cert-dir={cert_dir}",
             ],
         )
         # Ready once its informers have synced: from then on every Pending Pod is tried.
@@ -288,7 +315,7 @@ class LocalControlPlane:
                 )
             ),
             timeout=_START_TIMEOUT,
-            what="kube-scheduler /readyz",
+            what=f"{name} /readyz",
             interval=0.25,
             alive=scheduler.check_running,
         )

@@ -49,6 +49,10 @@ class DraBackend(Backend):
         "the dra backend adds resource claims to Pods, and policy mode does not render "
         "them yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=dra"
     )
+    # The shipped DeviceTaintRule keeps every claim off the shared devices but those of
+    # CastSlice's templates, which only Pods CastSlice rewrote (and sent to that
+    # scheduler) hold: no other scheduler allocates them.
+    scheduler_name_refusal = None
 
     def place(self, slices: int) -> Placement:
         shape = claim_shape(self.config, slices)

@@ -35,6 +35,18 @@ the value's name as the application would refuse its variable. */}}
 {{- if gt (int $.Values.defaultSlices) (int $.Values.maxSliceRatio) }}
 {{- fail (printf "defaultSlices: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_DEFAULT_SLICES above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.defaultSlices) (int $.Values.maxSliceRatio)) }}
 {{- end }}
+{{- if and $.Values.schedulerName (eq (toString $.Values.backend) "resource") }}
+{{- fail "schedulerName is set, but with backend resource it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
+{{- end }}
+{{- if and $.Values.schedulerName (eq (toString $.Values.backend) "nvidia") }}
+{{- fail "schedulerName is set, but with backend nvidia it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
+{{- end }}
+{{- if and $.Values.schedulerName (eq (toString $.Values.backend) "gke") }}
+{{- fail "schedulerName is set, but with backend gke it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
+{{- end }}
+{{- if and $.Values.schedulerName (eq (toString $.Values.backend) "mig") }}
+{{- fail "schedulerName is set, but with backend mig it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
+{{- end }}
 {{- end -}}
 
 {{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the
@@ -87,6 +99,11 @@ container declares and the one the application listens on cannot drift apart. */
 {{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
 {{- if $value }}
 {{- $lines = append $lines (printf "CASTSLICE_DRA_GPU_MEMORY: %s" (quote $value)) }}
+{{- end }}
+{{- $value = "" }}
+{{- with $.Values.schedulerName }}{{ $value = toString . }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_SCHEDULER_NAME: %s" (quote $value)) }}
 {{- end }}
 {{- $value = toString $.Values.strictSettings }}
 {{- $lines = append $lines (printf "CASTSLICE_STRICT_SETTINGS: %s" (quote $value)) }}
@@ -149,6 +166,9 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.schedulerName }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--scheduler-name %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- $value = "" }}
 {{- with $.Values.mig.gpuModels }}{{ $value = join "," . }}{{ end }}
 {{- if and $value (ne $value "A100-80GB") }}{{ $flags = append $flags (printf "--mig-gpu-models %s" (include "castslice.shellWord" $value)) }}{{ end }}
