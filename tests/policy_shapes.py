@@ -69,6 +69,14 @@ BACKENDS: dict[str, dict[str, str]] = {
         "CASTSLICE_SHARING_DEGREES": "2,4,8",
         "CASTSLICE_PRESETS": "training=8,inference=4,notebook=1",
     },
+    # MPS on GKE: every sharing pool's Pod is told its memory cap, in the record, the audit
+    # annotation and a warning (nvidia above is MPS too).
+    "gke-mps": {
+        "CASTSLICE_BACKEND": "gke",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_SHARING_DEGREES": "2,8",
+        "CASTSLICE_SHARING_STRATEGY": "mps",
+    },
     "nvidia-enrolment": {
         "CASTSLICE_BACKEND": "nvidia",
         "CASTSLICE_SHARING_DEGREES": "2,4",

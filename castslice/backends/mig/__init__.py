@@ -77,6 +77,7 @@ class MigBackend(Backend):
         "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
         "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
     )
+    instance_intro = "the Pod gets a MIG instance,"
     whole_gpu_nodes_fix = (
         "keep GPU nodes with MIG disabled (nvidia.com/mig.config=all-disabled; on GKE a "
         "node pool without gpu-partition-size), or set CASTSLICE_MIG_WHOLE_GPU=7g"
@@ -229,12 +230,6 @@ class MigBackend(Backend):
             if chosen:
                 found.setdefault(tuple(chosen), []).append(slices)
         return [(list(instances), counts) for instances, counts in found.items()]
-
-    def notes(self, placement: Placement) -> tuple[str, ...]:
-        notes = list(placement.caveats)
-        if placement.instance:
-            notes.insert(0, f"mig: the Pod gets a MIG instance, {placement.instance}")
-        return tuple(notes)
 
     def setup_hint(self) -> str:
         config = self.config
