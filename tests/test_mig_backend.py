@@ -27,6 +27,7 @@ from tests.test_http import review_response
 PRODUCT = "nvidia.com/gpu.product"
 PARTITION = "cloud.google.com/gke-gpu-partition-size"
 GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -142,13 +143,131 @@ def test_single_selects_the_gfd_product_label_of_every_model(
     )
 
 
+NOT_TIME_SHARED = [{"key": GKE_SHARING, "operator": "DoesNotExist"}]
+
+
 def test_gke_selects_the_partition_size(make_client: Callable[..., TestClient]) -> None:
     client = make_client(**mig(CASTSLICE_MIG_STACK="gke", CASTSLICE_MIG_GPU_MODELS="H100-80GB"))
     pod = pod_of(1)
     response = review_response(client, make_review(pod))
-    want = rewritten(pod, GPU, "1", record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"))
+    # A partition of its own: never one a time-shared pool shares out.
+    want = rewritten(
+        pod,
+        GPU,
+        "1",
+        record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"),
+        NOT_TIME_SHARED,
+    )
     want["spec"]["nodeSelector"] = {PARTITION: "1g.10gb"}
     assert apply_response(pod, response) == want
+
+
+# GKE partitions time-shared on top (GKE, "Share GPUs with multiple workloads using
+# time-sharing": a partition pool created with gpu-partition-size, gpu-sharing-strategy=
+# time-sharing and max-shared-clients-per-gpu=n carries all three node labels).
+TIME_SHARED_1G = "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by up to 4 clients without isolation"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("fit", "slices", "selector", "instance", "affinity"),
+    [
+        # 1/16 of a GPU is smaller than the smallest partition, 1g.10gb: it shares one.
+        (
+            "memory",
+            1,
+            {PARTITION: "1g.10gb", GKE_SHARING: "time-sharing", GKE_CLIENTS: "4"},
+            TIME_SHARED_1G,
+            None,
+        ),
+        (
+            "strict",
+            1,
+            {PARTITION: "1g.10gb", GKE_SHARING: "time-sharing", GKE_CLIENTS: "4"},
+            TIME_SHARED_1G,
+            None,
+        ),
+        # 1/8 fills 1g.10gb's memory: a partition of its own, off time-shared pools.
+        (
+            "memory",
+            2,
+            {PARTITION: "1g.10gb"},
+            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            NOT_TIME_SHARED,
+        ),
+        # Strict: 1/8 of the compute is less than 1g.10gb's 1/7, but its memory is all of
+        # 1g.10gb's: not smaller, so not shared.
+        (
+            "strict",
+            2,
+            {PARTITION: "1g.10gb"},
+            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            NOT_TIME_SHARED,
+        ),
+        (
+            "memory",
+            8,
+            {PARTITION: "3g.40gb"},
+            "3g.40gb: 3/7 of the compute, 1/2 of the memory",
+            NOT_TIME_SHARED,
+        ),
+    ],
+)
+def test_a_pod_smaller_than_the_smallest_partition_time_shares_one_and_is_told(
+    make_client: Callable[..., TestClient],
+    fit: str,
+    slices: int,
+    selector: dict,
+    instance: str,
+    affinity: list | None,
+) -> None:
+    client = make_client(
+        **mig(
+            CASTSLICE_MIG_STACK="gke",
+            CASTSLICE_SLICES_PER_GPU="16",
+            CASTSLICE_MIG_FIT=fit,
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
+        )
+    )
+    pod = pod_of(slices)
+    response = review_response(client, make_review(pod))
+    want = rewritten(pod, GPU, "1", record(slices, instance), affinity)
+    want["spec"]["nodeSelector"] = selector
+    assert apply_response(pod, response) == want
+    assert response["auditAnnotations"]["instance"] == instance
+    intro = "the Pod shares" if GKE_CLIENTS in selector else "the Pod gets a MIG instance,"
+    assert response["warnings"] == [f"mig: {intro} {instance}"]
+    assert all(len(warning) <= 120 for warning in response["warnings"])
+
+
+def test_the_smallest_partition_the_settings_offer_is_the_one_shared() -> None:
+    config = load_config(
+        mig(
+            CASTSLICE_MIG_STACK="gke",
+            CASTSLICE_SLICES_PER_GPU="16",
+            CASTSLICE_MIG_PROFILES="2g.20gb,3g.40gb",
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="48",
+        )
+    )
+    backend = backend_for(config)
+    # 2/16 and 3/16 are smaller than 2g.20gb (1/4 of the memory); 4/16 fills it.
+    for slices in (1, 2, 3):
+        placement = backend.place(slices)
+        assert dict(placement.node_selector) == {
+            PARTITION: "2g.20gb",
+            GKE_SHARING: "time-sharing",
+            GKE_CLIENTS: "48",
+        }
+        stated = backend.notes(placement)[0]
+        assert stated.startswith("mig: the Pod shares 2g.20gb: "), stated
+        assert len(stated) <= 120, stated
+    assert dict(backend.place(4).node_selector) == {PARTITION: "2g.20gb"}
+
+
+def test_time_shared_partitions_change_nothing_off_the_gke_stack() -> None:
+    shared = {"CASTSLICE_SLICES_PER_GPU": "16", "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4"}
+    plain = backend_for(load_config(mig(CASTSLICE_SLICES_PER_GPU="16")))
+    backend = backend_for(load_config(mig(**shared)))
+    assert [backend.place(s) for s in range(1, 17)] == [plain.place(s) for s in range(1, 17)]
 
 
 @pytest.mark.parametrize(

@@ -197,8 +197,6 @@ class Backend:
     whole_gpu_nodes_fix: ClassVar[str] = ""
     # What to change on the nodes `node_setup_problem` names.
     node_setup_fix: ClassVar[str] = ""
-    # The words before a placement's `instance` in the warning that states it.
-    instance_intro: ClassVar[str] = "the Pod gets"
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -244,8 +242,12 @@ class Backend:
     def notes(self, placement: Placement) -> tuple[str, ...]:
         """Warnings on what a Pod really gets with `placement` (its `instance`), then on what
         it does not get as asked (its `caveats`)."""
-        stated = f"{self.name}: {self.instance_intro} {placement.instance}"
+        stated = f"{self.name}: {self.instance_intro(placement)} {placement.instance}"
         return ((stated,) if placement.instance else ()) + placement.caveats
+
+    def instance_intro(self, placement: Placement) -> str:
+        """The words before `placement.instance` in the warning that states it."""
+        return "the Pod gets"
 
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
         """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
@@ -383,7 +385,8 @@ class SharingPoolBackend(Backend):
     no pool fits gets whole GPUs. Subclasses say what each looks like.
     """
 
-    instance_intro = "the Pod is an"
+    def instance_intro(self, placement: Placement) -> str:
+        return "the Pod is an"
 
     def place(self, slices: int) -> Placement:
         degree = sharing_degree(self.config, slices)

@@ -12,7 +12,9 @@ How a Pod asks for an instance depends on the cluster's stack (CASTSLICE_MIG_STA
 - `single`: every MIG device is one `nvidia.com/gpu`, and GPU Feature Discovery labels the
   node `nvidia.com/gpu.product=<product>-MIG-<profile>`;
 - `gke`: GKE's GPU partitions are `nvidia.com/gpu` on nodes labelled
-  `cloud.google.com/gke-gpu-partition-size=<profile>`;
+  `cloud.google.com/gke-gpu-partition-size=<profile>`; a pool time-shared on top also
+  carries `cloud.google.com/gke-gpu-sharing-strategy=time-sharing` and
+  `cloud.google.com/gke-max-shared-clients-per-gpu=<n>` (CASTSLICE_MIG_TIME_SHARED_CLIENTS);
 - `dra`: the NVIDIA DRA driver publishes each MIG device with its `profile` attribute
   (devices.py).
 """
@@ -34,6 +36,7 @@ from castslice.backends.base import (
     Placement,
     claim_operations,
     claims_left_alone,
+    label_count,
     whole_gpus,
 )
 from castslice.backends.mig import choice, devices, devices_check
@@ -57,6 +60,10 @@ MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 PARTITION = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+# GKE's value of GKE_SHARING on a time-shared pool: the only strategy on top of partitions
+# CastSlice places on.
+GKE_TIME_SHARING = "time-sharing"
 
 # The choices of settings that name the profile table's entries.
 SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
@@ -67,7 +74,7 @@ SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
 
 class MigBackend(Backend):
     name = "mig"
-    placement_keys = (PRODUCT, PARTITION)
+    placement_keys = (PRODUCT, PARTITION, GKE_SHARING, GKE_CLIENTS)
     plan_refusal = (
         "the mig backend's instances are not counted yet: a MIG GPU is cut into NVIDIA's "
         "fixed layouts, not into the shares plan packs; compare layouts with "
@@ -77,7 +84,6 @@ class MigBackend(Backend):
         "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
         "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
     )
-    instance_intro = "the Pod gets a MIG instance,"
     whole_gpu_nodes_fix = (
         "keep GPU nodes with MIG disabled (nvidia.com/mig.config=all-disabled; on GKE a "
         "node pool without gpu-partition-size), or set CASTSLICE_MIG_WHOLE_GPU=7g"
@@ -160,9 +166,14 @@ class MigBackend(Backend):
                         i.model.gke_accelerator for i in used if i.model.gke_accelerator
                     )
                     labels_in = ((GKE_ACCELERATOR, accelerators),)
-                placement = Placement(
-                    gpu, 1, {PARTITION: first.profile.name}, share, labels_in=labels_in
-                )
+                clients = self._time_shared_clients(used, share)
+                selector = {PARTITION: first.profile.name}
+                # A partition of its own never comes from a time-shared pool.
+                absent: tuple[str, ...] = (GKE_SHARING,)
+                if clients is not None:
+                    selector |= {GKE_SHARING: GKE_TIME_SHARING, GKE_CLIENTS: str(clients)}
+                    absent = ()
+                placement = Placement(gpu, 1, selector, share, absent, labels_in=labels_in)
             else:
                 if choice.ambiguous(first, models):
                     labels_in = ((PRODUCT, tuple(p for i in used for p in i.model.products)),)
@@ -175,12 +186,29 @@ class MigBackend(Backend):
                 for i in dropped
             )
         instance = _instances_text(used)
+        clients = label_count(placement.node_selector.get(GKE_CLIENTS))
+        if clients is not None:
+            instance += f", time-shared by up to {clients} clients without isolation"
         gets = min(i.model.memory(i.profile) for i in used)
         return placement._replace(
             gpus=gets if share < 1 else Fraction(1),
             instance=instance,
             caveats=tuple(f"mig: {c}" for c in caveats),
         )
+
+    def _time_shared_clients(self, used: list[Instance], share: Fraction) -> int | None:
+        """The clients per partition of the time-shared pool a Pod of `share` goes to, or None:
+        it gets a partition of its own (no time-shared pools, or it is not smaller than the
+        smallest partition)."""
+        clients = self.config.mig_time_shared_clients
+        if clients is None or not all(choice.below_smallest(self.config, i, share) for i in used):
+            return None
+        return clients
+
+    def instance_intro(self, placement: Placement) -> str:
+        if GKE_CLIENTS in placement.node_selector:
+            return "the Pod shares"
+        return "the Pod gets a MIG instance,"
 
     def _whole(self, gpus: int) -> Placement:
         gpu = self.config.gpu_resource
@@ -236,9 +264,15 @@ class MigBackend(Backend):
         emitted = sorted({p.name for m in choice.models(config) for p in choice.offered(config, m)})
         layouts = ", ".join(f"all-{name}" for name in emitted)
         if config.mig_stack == "gke":
+            shared = (
+                ""
+                if config.mig_time_shared_clients is None
+                else " (and for the smallest, one more with gpu-sharing-strategy=time-sharing,"
+                f"max-shared-clients-per-gpu={config.mig_time_shared_clients})"
+            )
             return (
                 "create GKE node pools with --accelerator=type=TYPE,count=N,"
-                "gpu-partition-size=PROFILE for the profiles Pods ask for, or set "
+                f"gpu-partition-size=PROFILE for the profiles Pods ask for{shared}, or set "
                 "CASTSLICE_MIG_PROFILES to the partition sizes your pools have"
             )
         strategy = (

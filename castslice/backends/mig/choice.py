@@ -60,6 +60,22 @@ def left_out(config: Config, model: GpuModel, share: Fraction) -> Profile | None
     return best
 
 
+def below_smallest(config: Config, instance: Instance, share: Fraction) -> bool:
+    """Whether `instance` is the model's smallest offered one and `share` is smaller than it
+    (by the fit rule): a Pod that would leave part of a partition idle, so may time-share one."""
+    model = instance.model
+    least = smallest_offered(config, model)
+    if least != instance.profile or model.memory(least) <= share:
+        return False
+    return config.mig_fit == "memory" or model.compute(least) > share
+
+
+def smallest_offered(config: Config, model: GpuModel) -> Profile | None:
+    return min(
+        offered(config, model), key=lambda p: (p.memory_slices, p.compute_slices), default=None
+    )
+
+
 def same_meaning(a: Instance, b: Instance) -> bool:
     """Two models' instances of one name that give the same shares of their GPU."""
     return (
