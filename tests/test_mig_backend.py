@@ -14,6 +14,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 from starlette.testclient import TestClient
 
@@ -398,23 +399,55 @@ def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
     want["spec"]["resourceClaims"] = [
         {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-mig-4-of-8"}
     ]
-    instance = "3g.40gb: 3/7 of the compute, 1/2 of the memory"
+    # Where no 3g.40gb is free, the claim falls back to the larger instances that hold half
+    # a GPU too, and the record says which.
+    instance = (
+        "3g.40gb: 3/7 of the compute, 1/2 of the memory; "
+        "if none is free, the first free of 4g.40gb, 7g.80gb"
+    )
     want["metadata"]["annotations"][APPLIED] = json.dumps(
         record(4, instance), separators=(",", ":")
     )
     assert apply_response(pod, response) == want
+    assert response["auditAnnotations"]["instance"] == instance
+    assert response["warnings"] == [
+        "mig: the Pod gets a MIG instance, 3g.40gb: 3/7 of the compute, 1/2 of the memory",
+        "mig: if none is free, the first free of 4g.40gb, 7g.80gb",
+    ]
     templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
     assert templates is not None
     (template,) = templates.manifests([None], [4])
     (request,) = template["spec"]["spec"]["devices"]["requests"]
-    assert request["exactly"] == {
-        "deviceClassName": "mig.nvidia.com",
-        "allocationMode": "ExactCount",
-        "count": 1,
-        "selectors": [
-            {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+    # resource.k8s.io/v1 DeviceRequest.firstAvailable (DRAPrioritizedList, GA in 1.36): the
+    # allocator takes the first subrequest it can satisfy, in order.
+    assert request == {
+        "name": "gpu",
+        "firstAvailable": [
+            {
+                "name": name.replace(".", "-"),
+                "deviceClassName": "mig.nvidia.com",
+                "allocationMode": "ExactCount",
+                "count": 1,
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.attributes['gpu.nvidia.com'].profile == '{name}'"
+                        }
+                    }
+                ],
+            }
+            for name in ("3g.40gb", "4g.40gb", "7g.80gb")
         ],
     }
+
+
+def test_a_dra_claim_of_the_one_instance_that_holds_its_share_has_no_alternatives() -> None:
+    # 3/4 of an A100-80GB: only 7g.80gb holds it.
+    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    assert templates is not None
+    (request,) = templates.manifests([None], [6])[0]["spec"]["spec"]["devices"]["requests"]
+    assert list(request) == ["name", "exactly"]
+    assert "'7g.80gb'" in request["exactly"]["selectors"][0]["cel"]["expression"]
 
 
 def test_the_dra_names_are_the_nvidia_drivers() -> None:
@@ -442,17 +475,39 @@ def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
         "namespace": "ml",
         "labels": {"app.kubernetes.io/part-of": "castslice"},
     }
-    (selector,) = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    alternatives = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
     attributes = "device.attributes['gpu.nvidia.com']"
-    assert selector["cel"]["expression"] == (
-        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in "
-        "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']) || "
-        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in "
-        "['NVIDIA H100 80GB HBM3'])"
+    a100 = "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']"
+    h100 = "['NVIDIA H100 80GB HBM3']"
+    # Each model's smallest instance that holds a quarter, then each one's next larger.
+    (first,) = alternatives[0]["selectors"]
+    assert first["cel"]["expression"] == (
+        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in {a100}) || "
+        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in {h100})"
     )
+    (second,) = alternatives[1]["selectors"]
+    assert second["cel"]["expression"] == (
+        f"({attributes}.profile == '2g.10gb' && {attributes}.productName in {a100}) || "
+        f"({attributes}.profile == '2g.20gb' && {attributes}.productName in {h100})"
+    )
+    names = [alternative["name"] for alternative in alternatives]
+    assert names[:2] == ["1g-10gb", "2g-10gb"] and len(set(names)) == len(names) <= 8
     whole = templates.manifests([None], [8])[0]["spec"]["spec"]["devices"]["requests"][0]
     assert whole["exactly"] == {
         "deviceClassName": "gpu.nvidia.com",
         "allocationMode": "ExactCount",
         "count": 1,
     }
+
+
+@pytest.mark.parametrize("version", ["1.36.0", "1.37.0"])
+@pytest.mark.parametrize("models", ["A100-80GB", "A100-40GB,H100-80GB", "H200,B200"])
+def test_every_dra_template_is_a_valid_resource_claim_template(version: str, models: str) -> None:
+    config = load_config(mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS=models))
+    templates = backend_for(config).claim_templates()
+    assert templates is not None
+    counts, _ = templates.default_counts()
+    for template in templates.manifests(["ml"], counts):
+        kubernetes_validate.validate(template, version, strict=True)
+        for request in template["spec"]["spec"]["devices"]["requests"]:
+            assert len(request.get("firstAvailable", ())) <= 8

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
-from castslice.contract.definitions import CONTAINER_LISTS
+from castslice.contract.definitions import CONTAINER_LISTS, MAX_WARNING_LENGTH
 from castslice.contract.findings import Result
 from castslice.contract.kube import QUANTITY_FIELDS, PodSpec
 from castslice.contract.patch import (
@@ -242,8 +242,15 @@ class Backend:
     def notes(self, placement: Placement) -> tuple[str, ...]:
         """Warnings on what a Pod really gets with `placement` (its `instance`), then on what
         it does not get as asked (its `caveats`)."""
+        if not placement.instance:
+            return placement.caveats
         stated = f"{self.name}: {self.instance_intro(placement)} {placement.instance}"
-        return ((stated,) if placement.instance else ()) + placement.caveats
+        if len(stated) > MAX_WARNING_LENGTH:
+            # Too long for one warning: each "; "-separated part in a warning of its own.
+            first, *rest = placement.instance.split("; ")
+            stated_parts = [f"{self.name}: {self.instance_intro(placement)} {first}"]
+            return (*stated_parts, *(f"{self.name}: {part}" for part in rest), *placement.caveats)
+        return (stated, *placement.caveats)
 
     def instance_intro(self, placement: Placement) -> str:
         """The words before `placement.instance` in the warning that states it."""

@@ -186,6 +186,13 @@ class MigBackend(Backend):
                 for i in dropped
             )
         instance = _instances_text(used)
+        if stack == "dra":
+            fallbacks = self._ranks(used, share)[1:]
+            if fallbacks:
+                names = ", ".join(
+                    "/".join(dict.fromkeys(i.profile.name for i in rank)) for rank in fallbacks
+                )
+                instance += f"; if none is free, the first free of {names}"
         clients = label_count(placement.node_selector.get(GKE_CLIENTS))
         if clients is not None:
             instance += f", time-shared by up to {clients} clients without isolation"
@@ -237,11 +244,30 @@ class MigBackend(Backend):
         return devices.MigClaimTemplates(self.config, self._claim_request)
 
     def _claim_request(self, slices: int) -> Manifest:
-        """What the template for `slices` asks for: the chosen MIG instances, or whole GPUs."""
+        """What the template for `slices` asks for: the chosen MIG instances, then the larger
+        ones that hold the share too, or whole GPUs."""
         chosen, gpus, _ = self._choice(slices)
         if not chosen:
             return devices.request(None, gpus, False)
-        return devices.request(chosen, 1, _needs_product(chosen, choice.models(self.config)))
+        share = min(Fraction(slices, self.config.slices_per_gpu), Fraction(1))
+        ranks = self._ranks(chosen, share)
+        used = [i for rank in ranks for i in rank]
+        return devices.request(ranks, 1, _needs_product(used, choice.models(self.config)))
+
+    def _ranks(self, chosen: list[Instance], share: Fraction) -> list[list[Instance]]:
+        """The instances a claim may get, rank by rank: `chosen` first, then each model's next
+        larger instance that holds the share, and so on (at most the subrequests a claim may
+        list). A whole GPU's `7g` instance has no larger one."""
+        if share >= 1:
+            return [chosen]
+        larger = [
+            [Instance(i.model, p) for p in choice.holding(self.config, i.model, share)[1:]]
+            for i in chosen
+        ]
+        ranks = [chosen]
+        for k in range(max(len(more) for more in larger)):
+            ranks.append([more[k] for more in larger if k < len(more)])
+        return ranks[: devices.MAX_SUBREQUESTS]
 
     def node_checks(self) -> Sequence[NodeCheck] | None:
         # Device-plugin stacks: the common checks of node resources and labels suffice.

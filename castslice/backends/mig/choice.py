@@ -47,6 +47,12 @@ def smallest(
     return min(fitting, key=lambda p: (p.memory_slices, p.compute_slices), default=None)
 
 
+def holding(config: Config, model: GpuModel, share: Fraction) -> list[Profile]:
+    """Every offered instance of `model` that holds `share`, smallest first."""
+    fitting = [p for p in offered(config, model) if holds(config, model, p, share)]
+    return sorted(fitting, key=lambda p: (p.memory_slices, p.compute_slices))
+
+
 def choose(config: Config, model: GpuModel, share: Fraction) -> Profile | None:
     """The smallest offered instance of `model` that holds `share`, or None: none does."""
     return smallest(offered(config, model), config, model, share)
