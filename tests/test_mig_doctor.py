@@ -154,3 +154,32 @@ def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices
 def test_only_pods_of_a_whole_gpu_need_a_gpu_without_mig() -> None:
     result = gpu_nodes.assess(mig(CASTSLICE_PRESETS="dev=1,training=8"), MIXED)
     assert "for Pods of 8 slices or more (preset training)" in result.message
+
+
+def test_a_missing_time_shared_partition_pool_is_named_before_any_pod_waits() -> None:
+    def gke(name: str, size: str, clients: int | None = None) -> dict:
+        labels = {"cloud.google.com/gke-gpu-partition-size": size}
+        gpus = {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2, "7g.80gb": 1}[size]
+        if clients:
+            labels["cloud.google.com/gke-gpu-sharing-strategy"] = "time-sharing"
+            labels["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(clients)
+            gpus *= clients
+        return node(name, labels, {"nvidia.com/gpu": str(gpus)})
+
+    config = mig(
+        CASTSLICE_MIG_STACK="gke",
+        CASTSLICE_SLICES_PER_GPU="16",
+        CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
+        CASTSLICE_MIG_PROFILES="1g.10gb,1g.20gb,3g.40gb,7g.80gb",
+    )
+    dedicated = [gke(f"p-{size}", size) for size in ("1g.10gb", "1g.20gb", "3g.40gb", "7g.80gb")]
+    dedicated.append(node("whole", {}, {"nvidia.com/gpu": "1"}))
+    result = capacity.assess(config, dedicated, [])
+    assert result.status is Status.FAILED
+    assert "for Pods of 1 slice" in result.message
+    assert "gpu-sharing-strategy=time-sharing,max-shared-clients-per-gpu=4" in result.fix
+    # A time-shared pool of another client count does not serve them either.
+    result = capacity.assess(config, [*dedicated, gke("ts-2", "1g.10gb", 2)], [])
+    assert result.status is Status.FAILED
+    result = capacity.assess(config, [*dedicated, gke("ts-4", "1g.10gb", 4)], [])
+    assert result.status is Status.OK, result.message
