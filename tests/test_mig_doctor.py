@@ -142,11 +142,18 @@ def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices
     full = resource_slice("h100-full", mig_devices("H100-80GB", "all-7g.80gb"))
     result = devices_check.assess(needed, deviceclass, [balanced, quarters, full], "fix")
     assert result.status is Status.OK, result.message
+    # Without 1g.20gb, a quarter's claim falls back to all-balanced's 2g.20gb: no Pod waits.
     result = devices_check.assess(needed, deviceclass, [balanced, full], "fix")
+    assert result.status is Status.OK, result.message
+    # With only 1g.10gb instances nothing a quarter's claim lists is there.
+    eighths = resource_slice("a100-eighths", mig_devices("A100-80GB", "all-1g.10gb"))
+    result = devices_check.assess(needed, deviceclass, [eighths], "fix")
     assert result.status is Status.FAILED
-    assert result.message == (
-        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb is published (for Pods of 2 slices)"
+    assert result.message.startswith(
+        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb or A100-80GB 2g.20gb or "
+        "H100-80GB 2g.20gb or A100-80GB 3g.40gb"
     )
+    assert "(for Pods of 2 slices)" in result.message
     missing_class = devices_check.assess(needed, None, [balanced], "fix")
     assert "no DeviceClass mig.nvidia.com" in missing_class.message
 

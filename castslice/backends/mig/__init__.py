@@ -282,7 +282,10 @@ class MigBackend(Backend):
         for slices in range(1, self.config.slices_per_gpu + 1):
             chosen, _, _ = self._choice(slices)
             if chosen:
-                found.setdefault(tuple(chosen), []).append(slices)
+                # A claim takes any instance it lists (firstAvailable): one of them will do.
+                share = min(Fraction(slices, self.config.slices_per_gpu), Fraction(1))
+                listed = [i for rank in self._ranks(chosen, share) for i in rank]
+                found.setdefault(tuple(listed), []).append(slices)
         return [(list(instances), counts) for instances, counts in found.items()]
 
     def setup_hint(self) -> str:
