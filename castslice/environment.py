@@ -180,6 +180,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         mig_stack=read("CASTSLICE_MIG_STACK"),
         mig_fit=read("CASTSLICE_MIG_FIT"),
         mig_whole_gpu=read("CASTSLICE_MIG_WHOLE_GPU"),
+        mig_time_shared_clients=read("CASTSLICE_MIG_TIME_SHARED_CLIENTS"),
     )
     if config.metrics:
         _refuse_on_serverless(environ)

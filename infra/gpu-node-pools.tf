@@ -11,12 +11,29 @@
 # For backend = "mig" (CASTSLICE_MIG_STACK=gke), one pool per MIG partition size
 # instead of the sharing pools: GKE labels its nodes
 # cloud.google.com/gke-gpu-partition-size, the selector CastSlice writes, and the service
-# is told the sizes (CASTSLICE_MIG_PROFILES), so the two cannot disagree either.
+# is told the sizes (CASTSLICE_MIG_PROFILES), so the two cannot disagree either. With
+# mig_time_shared_clients, one more pool of the smallest size, time-shared on top (GKE labels
+# its nodes with the partition size, gke-gpu-sharing-strategy=time-sharing and
+# gke-max-shared-clients-per-gpu); the service is told the clients
+# (CASTSLICE_MIG_TIME_SHARED_CLIENTS) and sends there the Pods smaller than that partition.
 
 locals {
   gke_sharing_strategy = { "time-slicing" = "TIME_SHARING", "mps" = "MPS" }[var.sharing_strategy]
   # Short enough that every pool name stays within GKE's 40 characters.
   gke_strategy_suffix = { "time-slicing" = "ts", "mps" = "mps" }[var.sharing_strategy]
+
+  mig_partition_sizes = try(var.gke_gpu_node_pools.mig_partition_sizes, [])
+  # A size's order: its memory, then its compute slices ("3g.40gb" -> 403), as CastSlice
+  # orders a model's profiles.
+  mig_size_order = {
+    for size in local.mig_partition_sizes :
+    size => tonumber(regex("\\.([0-9]+)gb$", size)[0]) * 10 + tonumber(regex("^([1-7])g", size)[0])
+  }
+  mig_smallest_partition = length(local.mig_partition_sizes) == 0 ? null : [
+    for size in local.mig_partition_sizes : size
+    if local.mig_size_order[size] == min(values(local.mig_size_order)...)
+  ][0]
+  mig_time_shared_clients = try(var.gke_gpu_node_pools.mig_time_shared_clients, null)
 
   gke_gpu_node_pools = var.gke_gpu_node_pools == null ? {} : merge(
     var.backend == "mig" ? {} : {
@@ -34,6 +51,14 @@ locals {
         sharing_strategy           = null
         max_shared_clients_per_gpu = null
         gpu_partition_size         = size
+      }
+    },
+    local.mig_time_shared_clients == null || local.mig_smallest_partition == null ? {} : {
+      # 1g.10gb -> <prefix>-ts1g10: within GKE's 40 characters after a 32-character prefix.
+      "${var.gke_gpu_node_pools.name_prefix}-ts${replace(trimsuffix(local.mig_smallest_partition, "gb"), ".", "")}" = {
+        sharing_strategy           = "TIME_SHARING"
+        max_shared_clients_per_gpu = local.mig_time_shared_clients
+        gpu_partition_size         = local.mig_smallest_partition
       }
     },
     var.gke_gpu_node_pools.whole_gpu_pool ? {

@@ -60,6 +60,9 @@ locals {
       CASTSLICE_MIG_STACK    = "gke"
       CASTSLICE_MIG_PROFILES = join(",", var.gke_gpu_node_pools.mig_partition_sizes)
     } : {},
+    var.backend == "mig" && try(var.gke_gpu_node_pools.mig_time_shared_clients, null) != null ? {
+      CASTSLICE_MIG_TIME_SHARED_CLIENTS = tostring(var.gke_gpu_node_pools.mig_time_shared_clients)
+    } : {},
   )
 
   apis = toset(concat(

@@ -333,7 +333,7 @@ variable "alert_thresholds" {
 }
 
 variable "gke_gpu_node_pools" {
-  description = "GPU node pools to add to an existing GKE cluster for backend = \"gke\": one sharing pool per entry of sharing_degrees (sharing_strategy, max_shared_clients_per_gpu = the degree), plus a pool of whole GPUs unless whole_gpu_pool is false. min_nodes and max_nodes are per zone. null (the default): no node pool."
+  description = "GPU node pools to add to an existing GKE cluster for backend = \"gke\": one sharing pool per entry of sharing_degrees (sharing_strategy, max_shared_clients_per_gpu = the degree), plus a pool of whole GPUs unless whole_gpu_pool is false. For backend = \"mig\": one pool per entry of mig_partition_sizes instead of the sharing pools, and with mig_time_shared_clients one more of the smallest size, time-shared by that many clients per partition. min_nodes and max_nodes are per zone. null (the default): no node pool."
   type = object({
     cluster            = string
     location           = string
@@ -351,6 +351,9 @@ variable "gke_gpu_node_pools" {
     name_prefix        = optional(string, "castslice")
     # backend = "mig": one MIG partition pool per size (gpu_partition_size), no sharing pools.
     mig_partition_sizes = optional(list(string), [])
+    # backend = "mig": also a pool of the smallest partition size time-shared by this many
+    # clients per partition (2 to 48); Pods smaller than that partition share one.
+    mig_time_shared_clients = optional(number)
   })
   default = null
 
@@ -367,6 +370,17 @@ variable "gke_gpu_node_pools" {
   validation {
     condition     = var.gke_gpu_node_pools == null || alltrue([for size in try(var.gke_gpu_node_pools.mig_partition_sizes, []) : can(regex("^[1-7]g\\.[0-9]{1,3}gb$", size))])
     error_message = "gke_gpu_node_pools.mig_partition_sizes must be MIG profiles such as 1g.10gb or 3g.40gb."
+  }
+
+  validation {
+    condition = var.gke_gpu_node_pools == null || try(var.gke_gpu_node_pools.mig_time_shared_clients == null, true) || try(
+      length(var.gke_gpu_node_pools.mig_partition_sizes) > 0 &&
+      var.gke_gpu_node_pools.mig_time_shared_clients >= 2 &&
+      var.gke_gpu_node_pools.mig_time_shared_clients <= 48 &&
+      floor(var.gke_gpu_node_pools.mig_time_shared_clients) == var.gke_gpu_node_pools.mig_time_shared_clients,
+      false
+    )
+    error_message = "gke_gpu_node_pools.mig_time_shared_clients time-shares the smallest of mig_partition_sizes: set those too, and a whole number from 2 to 48 (GKE's max_shared_clients_per_gpu)."
   }
 
   validation {

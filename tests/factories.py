@@ -122,9 +122,13 @@ def applied(
     source: str,
     original: dict[str, str],
     backend: str = "resource",
+    instance: str | None = None,
 ) -> dict:
-    """`pod` with the decision record CastSlice writes on every Pod it mutates."""
+    """`pod` with the decision record CastSlice writes on every Pod it mutates (`instance`:
+    what the Pod really gets, where the backend says it)."""
     record = {"slices": slices, "source": source, "backend": backend, "original": original}
+    if instance is not None:
+        record["instance"] = instance
     marked = copy.deepcopy(pod)
     annotations = marked["metadata"].setdefault("annotations", {})
     annotations[APPLIED] = json.dumps(record, separators=(",", ":"))

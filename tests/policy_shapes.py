@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from castslice.backends import backend_for
 from castslice.contract.definitions import APPLIED
 from castslice.settings.config import Config
 from tests.manifests import (
@@ -69,6 +70,14 @@ BACKENDS: dict[str, dict[str, str]] = {
         "CASTSLICE_SHARING_DEGREES": "2,4,8",
         "CASTSLICE_PRESETS": "training=8,inference=4,notebook=1",
     },
+    # MPS on GKE: every sharing pool's Pod is told its memory cap, in the record, the audit
+    # annotation and a warning (nvidia above is MPS too).
+    "gke-mps": {
+        "CASTSLICE_BACKEND": "gke",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_SHARING_DEGREES": "2,8",
+        "CASTSLICE_SHARING_STRATEGY": "mps",
+    },
     "nvidia-enrolment": {
         "CASTSLICE_BACKEND": "nvidia",
         "CASTSLICE_SHARING_DEGREES": "2,4",
@@ -79,6 +88,15 @@ BACKENDS: dict[str, dict[str, str]] = {
 # for more than it gets: with its two invalid annotations, as many warnings as the
 # validating policy can give (manifests.WARNING_SLOTS).
 CROWDED_CONTAINERS = 62
+
+
+def crowd_for(config: Config) -> int:
+    """CROWDED_CONTAINERS less the backend's notes on the crowded Pod's placement (an MPS
+    client's cap, one warning more): its warnings still fill the policy's slots exactly."""
+    backend = backend_for(config)
+    return CROWDED_CONTAINERS - len(backend.notes(backend.place(config.default_slices)))
+
+
 MIRROR = "kubernetes.io/config.mirror"
 # Both backends' placement keys: a Pod set by hand for one is ordinary for another.
 PLACEMENT_KEYS = (

@@ -41,6 +41,11 @@ EXAMPLE_POLICY = (Path(__file__).parent.parent / "examples" / "policy.yaml").rea
 BACKENDS = {
     "resource": {},
     "nvidia": {"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2,4"},
+    "nvidia-mps": {
+        "CASTSLICE_BACKEND": "nvidia",
+        "CASTSLICE_SHARING_DEGREES": "2,4",
+        "CASTSLICE_SHARING_STRATEGY": "mps",
+    },
     "gke": {
         "CASTSLICE_BACKEND": "gke",
         "CASTSLICE_SLICES_PER_GPU": "8",
@@ -119,10 +124,15 @@ def test_policies_never_block_and_match_what_the_webhook_registration_matches(
     assert audit["metadata"]["name"] == NAME
     assert audit_binding["spec"] == {"policyName": NAME, "validationActions": ["Warn", "Audit"]}
     assert "validations" not in audit["spec"]
+    # ...and `instance` where a placement states what the Pod really gets (an MPS client).
+    stated = (
+        ["instance"] if config.sharing_strategy == "mps" and config.backend != "resource" else []
+    )
     assert [a["key"] for a in audit["spec"]["auditAnnotations"]] == [
         "slices",
         "slice-source",
         "backend",
+        *stated,
     ]
     assert warnings_binding["spec"] == {
         "policyName": WARNINGS_NAME,
@@ -258,6 +268,22 @@ EXPECTED_PLACEMENT: dict[str, tuple[dict[int, Placement], Placement]] = {
                 1,
                 {_REPLICAS: str(degree), _NVIDIA_STRATEGY: "time-slicing"},
                 Fraction(1, degree),
+            )
+            for degree in (2, 4)
+        },
+        Placement("nvidia.com/gpu", 1, {_NVIDIA_STRATEGY: "none"}, Fraction(1)),
+    ),
+    "nvidia-mps": (
+        {
+            degree: Placement(
+                _NVIDIA_SHARED,
+                1,
+                {_REPLICAS: str(degree), _NVIDIA_STRATEGY: "mps"},
+                Fraction(1, degree),
+                instance=(
+                    f"MPS client, at most 1/{degree} of the GPU's memory per process "
+                    "(enforced in software, not with MIG)"
+                ),
             )
             for degree in (2, 4)
         },

@@ -116,11 +116,11 @@ CASES = {
         "inference",
         (GPU, "1", {NVIDIA_STRATEGY: "none"}),
     ),
-    "nvidia inference on a pool of 2, MPS": (
+    "nvidia inference on a pool of 2, time-slicing": (
         "nvidia",
-        {"CASTSLICE_SHARING_DEGREES": "2,4", "CASTSLICE_SHARING_STRATEGY": "mps"},
+        {"CASTSLICE_SHARING_DEGREES": "2,4"},
         "inference",
-        (SHARED_NVIDIA, "1", {REPLICAS: "2", NVIDIA_STRATEGY: "mps"}),
+        (SHARED_NVIDIA, "1", {REPLICAS: "2", NVIDIA_STRATEGY: "time-slicing"}),
     ),
     "nvidia training is a whole GPU": (
         "nvidia",
@@ -133,12 +133,6 @@ CASES = {
         {},
         "dev",
         (GPU, "1", {GKE_STRATEGY: "time-sharing", GKE_CLIENTS: "4"}),
-    ),
-    "gke inference on MPS pools of 2": (
-        "gke",
-        {"CASTSLICE_SHARING_DEGREES": "2", "CASTSLICE_SHARING_STRATEGY": "mps"},
-        "inference",
-        (GPU, "1", {GKE_STRATEGY: "mps", GKE_CLIENTS: "2"}),
     ),
     "gke training avoids sharing nodes": ("gke", {}, "training", (GPU, "1", {}, NOT_SHARING)),
 }
@@ -162,6 +156,81 @@ def test_each_backend_rewrites_the_whole_pod(
         pod, resource, quantity, selector, record, *affinity
     )
     assert response["auditAnnotations"]["backend"] == backend
+    assert "instance" not in response["auditAnnotations"]
+    assert "warnings" not in response
+
+
+# An MPS client's memory is capped at 1/M of the GPU's, M the clients per GPU of the pool
+# the Pod is placed on: the record, the audit annotation and a warning say so.
+MPS_CASES = {
+    "nvidia inference on a pool of 2": (
+        "nvidia",
+        {"CASTSLICE_SHARING_DEGREES": "2,4"},
+        "inference",
+        (SHARED_NVIDIA, "1", {REPLICAS: "2", NVIDIA_STRATEGY: "mps"}),
+        2,
+    ),
+    "nvidia dev on a pool of 4": (
+        "nvidia",
+        {"CASTSLICE_SHARING_DEGREES": "2,4"},
+        "dev",
+        (SHARED_NVIDIA, "1", {REPLICAS: "4", NVIDIA_STRATEGY: "mps"}),
+        4,
+    ),
+    "gke inference on a pool of 2": (
+        "gke",
+        {"CASTSLICE_SHARING_DEGREES": "2"},
+        "inference",
+        (GPU, "1", {GKE_STRATEGY: "mps", GKE_CLIENTS: "2"}),
+        2,
+    ),
+    "gke dev on a pool of 48": (
+        "gke",
+        {"CASTSLICE_SHARING_DEGREES": "2,48", "CASTSLICE_SLICES_PER_GPU": "48"},
+        "dev",
+        (GPU, "1", {GKE_STRATEGY: "mps", GKE_CLIENTS: "48"}),
+        48,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("backend", "env", "workload_type", "want", "clients"), MPS_CASES.values(), ids=MPS_CASES
+)
+def test_an_mps_pod_is_told_the_memory_cap_mps_puts_on_each_of_its_processes(
+    make_client: Callable[..., TestClient],
+    backend: str,
+    env: dict,
+    workload_type: str,
+    want: tuple,
+    clients: int,
+) -> None:
+    client = make_client(CASTSLICE_BACKEND=backend, CASTSLICE_SHARING_STRATEGY="mps", **env)
+    pod = gpu_pod(workload_type)
+    response = review_response(client, make_review(pod))
+    resource, quantity, selector = want
+    slices = {"dev": 1, "inference": 2}[workload_type]
+    instance = (
+        f"MPS client, at most 1/{clients} of the GPU's memory per process (enforced in "
+        "software, not with MIG)"
+    )
+    record = (slices, "workload-type", {"app": "1"}, backend, instance)
+    assert apply_response(pod, response) == expected(pod, resource, quantity, selector, record)
+    assert response["auditAnnotations"]["instance"] == instance
+    assert response["warnings"] == [f"{backend}: the Pod is an {instance}"]
+    assert all(len(warning) <= 120 for warning in response["warnings"])
+    assert "isolation" not in json.dumps(response)
+
+
+def test_whole_gpus_on_mps_settings_are_no_mps_client(make_client: Callable[..., TestClient]):
+    client = make_client(CASTSLICE_BACKEND="nvidia", CASTSLICE_SHARING_STRATEGY="mps")
+    pod = gpu_pod("training")
+    response = review_response(client, make_review(pod))
+    record = (4, "workload-type", {"app": "1"}, "nvidia")
+    assert apply_response(pod, response) == expected(
+        pod, GPU, "1", {NVIDIA_STRATEGY: "none"}, record
+    )
+    assert "instance" not in response["auditAnnotations"]
     assert "warnings" not in response
 
 

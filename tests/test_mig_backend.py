@@ -14,6 +14,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 from starlette.testclient import TestClient
 
@@ -27,6 +28,7 @@ from tests.test_http import review_response
 PRODUCT = "nvidia.com/gpu.product"
 PARTITION = "cloud.google.com/gke-gpu-partition-size"
 GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -142,13 +144,131 @@ def test_single_selects_the_gfd_product_label_of_every_model(
     )
 
 
+NOT_TIME_SHARED = [{"key": GKE_SHARING, "operator": "DoesNotExist"}]
+
+
 def test_gke_selects_the_partition_size(make_client: Callable[..., TestClient]) -> None:
     client = make_client(**mig(CASTSLICE_MIG_STACK="gke", CASTSLICE_MIG_GPU_MODELS="H100-80GB"))
     pod = pod_of(1)
     response = review_response(client, make_review(pod))
-    want = rewritten(pod, GPU, "1", record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"))
+    # A partition of its own: never one a time-shared pool shares out.
+    want = rewritten(
+        pod,
+        GPU,
+        "1",
+        record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"),
+        NOT_TIME_SHARED,
+    )
     want["spec"]["nodeSelector"] = {PARTITION: "1g.10gb"}
     assert apply_response(pod, response) == want
+
+
+# GKE partitions time-shared on top (GKE, "Share GPUs with multiple workloads using
+# time-sharing": a partition pool created with gpu-partition-size, gpu-sharing-strategy=
+# time-sharing and max-shared-clients-per-gpu=n carries all three node labels).
+TIME_SHARED_1G = "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by up to 4 clients without isolation"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("fit", "slices", "selector", "instance", "affinity"),
+    [
+        # 1/16 of a GPU is smaller than the smallest partition, 1g.10gb: it shares one.
+        (
+            "memory",
+            1,
+            {PARTITION: "1g.10gb", GKE_SHARING: "time-sharing", GKE_CLIENTS: "4"},
+            TIME_SHARED_1G,
+            None,
+        ),
+        (
+            "strict",
+            1,
+            {PARTITION: "1g.10gb", GKE_SHARING: "time-sharing", GKE_CLIENTS: "4"},
+            TIME_SHARED_1G,
+            None,
+        ),
+        # 1/8 fills 1g.10gb's memory: a partition of its own, off time-shared pools.
+        (
+            "memory",
+            2,
+            {PARTITION: "1g.10gb"},
+            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            NOT_TIME_SHARED,
+        ),
+        # Strict: 1/8 of the compute is less than 1g.10gb's 1/7, but its memory is all of
+        # 1g.10gb's: not smaller, so not shared.
+        (
+            "strict",
+            2,
+            {PARTITION: "1g.10gb"},
+            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            NOT_TIME_SHARED,
+        ),
+        (
+            "memory",
+            8,
+            {PARTITION: "3g.40gb"},
+            "3g.40gb: 3/7 of the compute, 1/2 of the memory",
+            NOT_TIME_SHARED,
+        ),
+    ],
+)
+def test_a_pod_smaller_than_the_smallest_partition_time_shares_one_and_is_told(
+    make_client: Callable[..., TestClient],
+    fit: str,
+    slices: int,
+    selector: dict,
+    instance: str,
+    affinity: list | None,
+) -> None:
+    client = make_client(
+        **mig(
+            CASTSLICE_MIG_STACK="gke",
+            CASTSLICE_SLICES_PER_GPU="16",
+            CASTSLICE_MIG_FIT=fit,
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
+        )
+    )
+    pod = pod_of(slices)
+    response = review_response(client, make_review(pod))
+    want = rewritten(pod, GPU, "1", record(slices, instance), affinity)
+    want["spec"]["nodeSelector"] = selector
+    assert apply_response(pod, response) == want
+    assert response["auditAnnotations"]["instance"] == instance
+    intro = "the Pod shares" if GKE_CLIENTS in selector else "the Pod gets a MIG instance,"
+    assert response["warnings"] == [f"mig: {intro} {instance}"]
+    assert all(len(warning) <= 120 for warning in response["warnings"])
+
+
+def test_the_smallest_partition_the_settings_offer_is_the_one_shared() -> None:
+    config = load_config(
+        mig(
+            CASTSLICE_MIG_STACK="gke",
+            CASTSLICE_SLICES_PER_GPU="16",
+            CASTSLICE_MIG_PROFILES="2g.20gb,3g.40gb",
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="48",
+        )
+    )
+    backend = backend_for(config)
+    # 2/16 and 3/16 are smaller than 2g.20gb (1/4 of the memory); 4/16 fills it.
+    for slices in (1, 2, 3):
+        placement = backend.place(slices)
+        assert dict(placement.node_selector) == {
+            PARTITION: "2g.20gb",
+            GKE_SHARING: "time-sharing",
+            GKE_CLIENTS: "48",
+        }
+        stated = backend.notes(placement)[0]
+        assert stated.startswith("mig: the Pod shares 2g.20gb: "), stated
+        assert len(stated) <= 120, stated
+    assert dict(backend.place(4).node_selector) == {PARTITION: "2g.20gb"}
+
+
+def test_time_shared_partitions_change_nothing_off_the_gke_stack() -> None:
+    shared = {"CASTSLICE_SLICES_PER_GPU": "16", "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4"}
+    plain = backend_for(load_config(mig(CASTSLICE_SLICES_PER_GPU="16")))
+    backend = backend_for(load_config(mig(**shared)))
+    assert [backend.place(s) for s in range(1, 17)] == [plain.place(s) for s in range(1, 17)]
 
 
 @pytest.mark.parametrize(
@@ -279,23 +399,55 @@ def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
     want["spec"]["resourceClaims"] = [
         {"name": "castslice-gpu-0", "resourceClaimTemplateName": "castslice-mig-4-of-8"}
     ]
-    instance = "3g.40gb: 3/7 of the compute, 1/2 of the memory"
+    # Where no 3g.40gb is free, the claim falls back to the larger instances that hold half
+    # a GPU too, and the record says which.
+    instance = (
+        "3g.40gb: 3/7 of the compute, 1/2 of the memory; "
+        "if none is free, the first free of 4g.40gb, 7g.80gb"
+    )
     want["metadata"]["annotations"][APPLIED] = json.dumps(
         record(4, instance), separators=(",", ":")
     )
     assert apply_response(pod, response) == want
+    assert response["auditAnnotations"]["instance"] == instance
+    assert response["warnings"] == [
+        "mig: the Pod gets a MIG instance, 3g.40gb: 3/7 of the compute, 1/2 of the memory",
+        "mig: if none is free, the first free of 4g.40gb, 7g.80gb",
+    ]
     templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
     assert templates is not None
     (template,) = templates.manifests([None], [4])
     (request,) = template["spec"]["spec"]["devices"]["requests"]
-    assert request["exactly"] == {
-        "deviceClassName": "mig.nvidia.com",
-        "allocationMode": "ExactCount",
-        "count": 1,
-        "selectors": [
-            {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+    # resource.k8s.io/v1 DeviceRequest.firstAvailable (DRAPrioritizedList, GA in 1.36): the
+    # allocator takes the first subrequest it can satisfy, in order.
+    assert request == {
+        "name": "gpu",
+        "firstAvailable": [
+            {
+                "name": name.replace(".", "-"),
+                "deviceClassName": "mig.nvidia.com",
+                "allocationMode": "ExactCount",
+                "count": 1,
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.attributes['gpu.nvidia.com'].profile == '{name}'"
+                        }
+                    }
+                ],
+            }
+            for name in ("3g.40gb", "4g.40gb", "7g.80gb")
         ],
     }
+
+
+def test_a_dra_claim_of_the_one_instance_that_holds_its_share_has_no_alternatives() -> None:
+    # 3/4 of an A100-80GB: only 7g.80gb holds it.
+    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    assert templates is not None
+    (request,) = templates.manifests([None], [6])[0]["spec"]["spec"]["devices"]["requests"]
+    assert list(request) == ["name", "exactly"]
+    assert "'7g.80gb'" in request["exactly"]["selectors"][0]["cel"]["expression"]
 
 
 def test_the_dra_names_are_the_nvidia_drivers() -> None:
@@ -323,17 +475,39 @@ def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
         "namespace": "ml",
         "labels": {"app.kubernetes.io/part-of": "castslice"},
     }
-    (selector,) = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    alternatives = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
     attributes = "device.attributes['gpu.nvidia.com']"
-    assert selector["cel"]["expression"] == (
-        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in "
-        "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']) || "
-        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in "
-        "['NVIDIA H100 80GB HBM3'])"
+    a100 = "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']"
+    h100 = "['NVIDIA H100 80GB HBM3']"
+    # Each model's smallest instance that holds a quarter, then each one's next larger.
+    (first,) = alternatives[0]["selectors"]
+    assert first["cel"]["expression"] == (
+        f"({attributes}.profile == '1g.10gb' && {attributes}.productName in {a100}) || "
+        f"({attributes}.profile == '1g.20gb' && {attributes}.productName in {h100})"
     )
+    (second,) = alternatives[1]["selectors"]
+    assert second["cel"]["expression"] == (
+        f"({attributes}.profile == '2g.10gb' && {attributes}.productName in {a100}) || "
+        f"({attributes}.profile == '2g.20gb' && {attributes}.productName in {h100})"
+    )
+    names = [alternative["name"] for alternative in alternatives]
+    assert names[:2] == ["1g-10gb", "2g-10gb"] and len(set(names)) == len(names) <= 8
     whole = templates.manifests([None], [8])[0]["spec"]["spec"]["devices"]["requests"][0]
     assert whole["exactly"] == {
         "deviceClassName": "gpu.nvidia.com",
         "allocationMode": "ExactCount",
         "count": 1,
     }
+
+
+@pytest.mark.parametrize("version", ["1.36.0", "1.37.0"])
+@pytest.mark.parametrize("models", ["A100-80GB", "A100-40GB,H100-80GB", "H200,B200"])
+def test_every_dra_template_is_a_valid_resource_claim_template(version: str, models: str) -> None:
+    config = load_config(mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS=models))
+    templates = backend_for(config).claim_templates()
+    assert templates is not None
+    counts, _ = templates.default_counts()
+    for template in templates.manifests(["ml"], counts):
+        kubernetes_validate.validate(template, version, strict=True)
+        for request in template["spec"]["spec"]["devices"]["requests"]:
+            assert len(request.get("firstAvailable", ())) <= 8

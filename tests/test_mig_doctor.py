@@ -142,11 +142,18 @@ def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices
     full = resource_slice("h100-full", mig_devices("H100-80GB", "all-7g.80gb"))
     result = devices_check.assess(needed, deviceclass, [balanced, quarters, full], "fix")
     assert result.status is Status.OK, result.message
+    # Without 1g.20gb, a quarter's claim falls back to all-balanced's 2g.20gb: no Pod waits.
     result = devices_check.assess(needed, deviceclass, [balanced, full], "fix")
+    assert result.status is Status.OK, result.message
+    # With only 1g.10gb instances nothing a quarter's claim lists is there.
+    eighths = resource_slice("a100-eighths", mig_devices("A100-80GB", "all-1g.10gb"))
+    result = devices_check.assess(needed, deviceclass, [eighths], "fix")
     assert result.status is Status.FAILED
-    assert result.message == (
-        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb is published (for Pods of 2 slices)"
+    assert result.message.startswith(
+        "no MIG device A100-80GB 1g.20gb or H100-80GB 1g.20gb or A100-80GB 2g.20gb or "
+        "H100-80GB 2g.20gb or A100-80GB 3g.40gb"
     )
+    assert "(for Pods of 2 slices)" in result.message
     missing_class = devices_check.assess(needed, None, [balanced], "fix")
     assert "no DeviceClass mig.nvidia.com" in missing_class.message
 
@@ -154,3 +161,32 @@ def test_dra_mig_devices_of_every_instance_are_looked_for_in_the_resource_slices
 def test_only_pods_of_a_whole_gpu_need_a_gpu_without_mig() -> None:
     result = gpu_nodes.assess(mig(CASTSLICE_PRESETS="dev=1,training=8"), MIXED)
     assert "for Pods of 8 slices or more (preset training)" in result.message
+
+
+def test_a_missing_time_shared_partition_pool_is_named_before_any_pod_waits() -> None:
+    def gke(name: str, size: str, clients: int | None = None) -> dict:
+        labels = {"cloud.google.com/gke-gpu-partition-size": size}
+        gpus = {"1g.10gb": 7, "1g.20gb": 4, "3g.40gb": 2, "7g.80gb": 1}[size]
+        if clients:
+            labels["cloud.google.com/gke-gpu-sharing-strategy"] = "time-sharing"
+            labels["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(clients)
+            gpus *= clients
+        return node(name, labels, {"nvidia.com/gpu": str(gpus)})
+
+    config = mig(
+        CASTSLICE_MIG_STACK="gke",
+        CASTSLICE_SLICES_PER_GPU="16",
+        CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
+        CASTSLICE_MIG_PROFILES="1g.10gb,1g.20gb,3g.40gb,7g.80gb",
+    )
+    dedicated = [gke(f"p-{size}", size) for size in ("1g.10gb", "1g.20gb", "3g.40gb", "7g.80gb")]
+    dedicated.append(node("whole", {}, {"nvidia.com/gpu": "1"}))
+    result = capacity.assess(config, dedicated, [])
+    assert result.status is Status.FAILED
+    assert "for Pods of 1 slice" in result.message
+    assert "gpu-sharing-strategy=time-sharing,max-shared-clients-per-gpu=4" in result.fix
+    # A time-shared pool of another client count does not serve them either.
+    result = capacity.assess(config, [*dedicated, gke("ts-2", "1g.10gb", 2)], [])
+    assert result.status is Status.FAILED
+    result = capacity.assess(config, [*dedicated, gke("ts-4", "1g.10gb", 4)], [])
+    assert result.status is Status.OK, result.message

@@ -447,3 +447,31 @@ def test_mig_instances_are_named_with_their_real_compute_and_memory() -> None:
     assert {h.pod: str(h.share) for h in gpu.holders} == {"small": "1/8", "half": "1/2"}
     # Two Pods that asked a GPU each, on one GPU cut into instances.
     assert (report.total.asked, report.total.occupied, report.total.saved) == (2, 1, 1)
+
+
+def test_a_time_shared_gke_partition_is_counted_once_per_client() -> None:
+    env = {
+        "CASTSLICE_BACKEND": "mig",
+        "CASTSLICE_MIG_STACK": "gke",
+        "CASTSLICE_SLICES_PER_GPU": "16",
+        "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "2",
+        "CASTSLICE_PRESETS": "dev=1",
+    }
+    pods = [on_node(rewritten(env, user_pod("ml", f"tiny-{n}", "dev")), "ts") for n in range(3)]
+    # One A100-80GB in seven 1g.10gb partitions, each time-shared by 2 clients: GKE
+    # advertises 14 nvidia.com/gpu.
+    labels = {
+        "cloud.google.com/gke-gpu-partition-size": "1g.10gb",
+        "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+        "cloud.google.com/gke-max-shared-clients-per-gpu": "2",
+        "nvidia.com/gpu.count": "1",
+    }
+    report = report_for(env, pods, [node("ts", labels, {GPU: "14"})])
+
+    [gpu] = report.gpus
+    # 8 memory slices, each counted as 2 client halves; 7 partitions use 7 of them.
+    assert (gpu.place.gpus, gpu.place.units) == (1, 16)
+    assert gpu.place.unit.startswith("1/2 memory slices of MIG instances (7 × 1g.10gb: ")
+    assert {h.pod: str(h.share) for h in gpu.holders} == {f"tiny-{n}": "1/16" for n in range(3)}
+    assert gpu.free == 16 - 3
+    assert (report.total.asked, report.total.occupied, report.total.saved) == (3, 1, 2)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
-from castslice.contract.definitions import CONTAINER_LISTS
+from castslice.contract.definitions import CONTAINER_LISTS, MAX_WARNING_LENGTH
 from castslice.contract.findings import Result
 from castslice.contract.kube import QUANTITY_FIELDS, PodSpec
 from castslice.contract.patch import (
@@ -50,7 +50,8 @@ class Placement(NamedTuple):
     # Node labels whose value must be one of several (a required node affinity, `In`).
     labels_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # What the Pod really gets where that is more than the share `gpus` says (a MIG
-    # instance: its compute and memory), for the decision record and messages.
+    # instance: its compute and memory; an MPS client: its memory cap), for the decision
+    # record, the audit annotation and a warning.
     instance: str | None = None
     # What the backend warns of with this placement (what the Pod does not get as asked).
     caveats: tuple[str, ...] = ()
@@ -281,8 +282,21 @@ class Backend:
         return operations
 
     def notes(self, placement: Placement) -> tuple[str, ...]:
-        """Warnings on what a Pod does not get with `placement` on this backend."""
-        return ()
+        """Warnings on what a Pod really gets with `placement` (its `instance`), then on what
+        it does not get as asked (its `caveats`)."""
+        if not placement.instance:
+            return placement.caveats
+        stated = f"{self.name}: {self.instance_intro(placement)} {placement.instance}"
+        if len(stated) > MAX_WARNING_LENGTH:
+            # Too long for one warning: each "; "-separated part in a warning of its own.
+            first, *rest = placement.instance.split("; ")
+            stated_parts = [f"{self.name}: {self.instance_intro(placement)} {first}"]
+            return (*stated_parts, *(f"{self.name}: {part}" for part in rest), *placement.caveats)
+        return (stated, *placement.caveats)
+
+    def instance_intro(self, placement: Placement) -> str:
+        """The words before `placement.instance` in the warning that states it."""
+        return "the Pod gets"
 
     def serves(self, labels: Mapping[str, str], placement: Placement) -> bool:
         """Whether a node with `labels` may run a Pod placed as `placement` (before resources)."""
@@ -434,6 +448,9 @@ class SharingPoolBackend(Backend):
     no pool fits gets whole GPUs. Subclasses say what each looks like.
     """
 
+    def instance_intro(self, placement: Placement) -> str:
+        return "the Pod is an"
+
     def place(self, slices: int) -> Placement:
         degree = sharing_degree(self.config, slices)
         if degree is None:
@@ -442,6 +459,26 @@ class SharingPoolBackend(Backend):
 
     def shared(self, degree: int) -> Placement:
         raise NotImplementedError
+
+    def mps_client(self, degree: int) -> str | None:
+        """What a client of an MPS pool of `degree` clients per GPU really gets, or None
+        without MPS (time-slicing limits nothing).
+
+        The NVIDIA device plugin's MPS control daemon sets each device's default pinned
+        memory limit to its total memory / replicas, for every client process that connects
+        (k8s-device-plugin v0.20.0, cmd/mps-control-daemon/mps/daemon.go,
+        perDevicePinnedDeviceMemoryLimits); GKE's MPS pools limit each container's pinned
+        device memory by max-shared-clients-per-gpu the same way (GKE, "Share GPUs with
+        multiple workloads using NVIDIA MPS"). MIG devices are never shared by MPS (the
+        device plugin's README: "Sharing with MPS is currently not supported on devices with
+        MIG enabled").
+        """
+        if self.config.sharing_strategy != "mps":
+            return None
+        return (
+            f"MPS client, at most 1/{degree} of the GPU's memory per process (enforced in "
+            "software, not with MIG)"
+        )
 
     def isolation(self) -> str:
         """What one client of a shared GPU is kept to, for a report's first line."""

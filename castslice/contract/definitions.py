@@ -35,6 +35,9 @@ APPLIED = "castslice.castops.io/applied"
 POLICY_ANNOTATION = "castslice.castops.io/policy"
 # The kubelet owns mirror Pods; the API server refuses any change to them.
 MIRROR = "kubernetes.io/config.mirror"
+# The longest warning CastSlice gives: the API server shows warnings to users as they are,
+# and kubectl prints one a line.
+MAX_WARNING_LENGTH = 120
 
 # Never sent to CastSlice, whatever the policy says: the cluster's own machinery.
 SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease")

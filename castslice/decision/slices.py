@@ -9,13 +9,17 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import NamedTuple
 
-from castslice.contract.definitions import MIRROR, OPTIMIZE, SLICE_RATIO, WORKLOAD_TYPE
+from castslice.contract.definitions import (
+    MAX_WARNING_LENGTH,
+    MIRROR,
+    OPTIMIZE,
+    SLICE_RATIO,
+    WORKLOAD_TYPE,
+)
 from castslice.settings.config import Config
 from castslice.settings.names import parse_bounded_int
 from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
-# The API server shows warnings to users as they are; kubectl prints one a line.
-MAX_WARNING_LENGTH = 120
 _MAX_VALUE_LENGTH = 20
 
 # "slice-ratio", "workload-type", "default", or "policy:<rule name>" when a rule of

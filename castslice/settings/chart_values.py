@@ -146,6 +146,10 @@ def ref(variable: str) -> str:
 
 
 def count_text(entry: Setting) -> list[str]:
+    if entry.default is None:
+        # Unset (null) stays unset: `int` would make it 0, which no count setting accepts.
+        assign = "{{ $value = int . | toString }}{{ end }}"
+        return ['{{- $value = "" }}', f"{{{{- with {ref(entry.variable)} }}}}{assign}"]
     return [f"{{{{- $value = int {ref(entry.variable)} | toString }}}}"]
 
 

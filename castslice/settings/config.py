@@ -20,6 +20,9 @@ MIG_FITS = ("memory", "strict")
 MIG_WHOLE_GPU = ("gpu", "7g")
 # Far above any sharing degree a device plugin or GKE offers; keeps the selector values short.
 MAX_SHARING_DEGREE = 1000
+# GKE's bounds of max-shared-clients-per-gpu.
+MIN_GKE_SHARED_CLIENTS = 2
+MAX_GKE_SHARED_CLIENTS = 48
 # Bounds the admin-chosen maximum so quantities and warnings stay short.
 MAX_SLICE_RATIO_CEILING = 1_000_000
 MEBIBYTE = 2**20
@@ -63,12 +66,14 @@ class Config:
     scheduler_name: str | None = None
     # The `mig` backend: the GPU models of the cluster's MIG nodes (names of the profile
     # table), the profiles they offer (None: every profile NVIDIA defines for them), the
-    # stack, the rule "holds s/S" and where whole-GPU requests go.
+    # stack, the rule "holds s/S", where whole-GPU requests go, and the clients per partition
+    # of GKE partition pools time-shared on top (None: no Pod shares a partition).
     mig_gpu_models: tuple[str, ...] = ("A100-80GB",)
     mig_profiles: tuple[str, ...] | None = None
     mig_stack: str = "mixed"
     mig_fit: str = "memory"
     mig_whole_gpu: str = "gpu"
+    mig_time_shared_clients: int | None = None
 
 
 def memory_quantity(size: int) -> str:

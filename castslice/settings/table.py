@@ -15,12 +15,14 @@ from enum import Enum
 
 from castslice.settings.config import (
     DEFAULT_PRESETS,
+    MAX_GKE_SHARED_CLIENTS,
     MAX_GPU_MEMORY,
     MAX_SHARING_DEGREE,
     MAX_SLICE_RATIO_CEILING,
     MIG_FITS,
     MIG_STACKS,
     MIG_WHOLE_GPU,
+    MIN_GKE_SHARED_CLIENTS,
     SHARING_STRATEGIES,
     Config,
 )
@@ -316,6 +318,18 @@ SETTINGS: tuple[Setting, ...] = (
         choices=MIG_WHOLE_GPU,
         flag="--mig-whole-gpu",
         flag_help="where one-GPU Pods go: gpu or 7g",
+    ),
+    Setting(
+        "CASTSLICE_MIG_TIME_SHARED_CLIENTS", "mig.timeSharedClients", Kind.COUNT, None,
+        "`mig` on the `gke` stack: the `max-shared-clients-per-gpu` (2 to 48) of partition "
+        "pools time-shared on top, of the smallest partition size; a Pod smaller than that "
+        "partition then shares one, time-sliced with up to that many clients and no "
+        "isolation between them ([backends.md](backends.md#time-shared-partitions-on-gke)).",
+        default_text="no Pod shares a partition",
+        minimum=MIN_GKE_SHARED_CLIENTS,
+        maximum=MAX_GKE_SHARED_CLIENTS,
+        flag="--mig-time-shared-clients",
+        flag_help="clients per time-shared GKE partition (gke stack)",
     ),
     Setting(
         "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],

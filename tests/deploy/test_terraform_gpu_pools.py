@@ -226,10 +226,56 @@ def test_mig_partition_pools_replace_the_sharing_pools_and_set_the_profiles(
 @pytest.mark.terraform
 def test_the_longest_partition_pool_name_fits_gke(pools: Locals) -> None:
     prefix = "p" + "-long" * 6 + "x"
-    settings = pools_variable(name_prefix=f'"{prefix}"', mig_partition_sizes='["7g.141gb"]')
+    settings = pools_variable(
+        name_prefix=f'"{prefix}"', mig_partition_sizes='["7g.141gb"]', mig_time_shared_clients="48"
+    )
     evaluated = pools.evaluate(*variable_args(**MIG, gke_gpu_node_pools=settings))
+    assert len(evaluated["gke_gpu_node_pools"]) == 3
     for name in evaluated["gke_gpu_node_pools"]:
         assert POOL_NAME.fullmatch(name), name
+
+
+@pytest.mark.terraform
+@pytest.mark.parametrize("per_gpu", ["8", "16"])
+def test_a_time_shared_pool_of_the_smallest_partition_serves_the_pods_smaller_than_it(
+    pools: Locals, per_gpu: str
+) -> None:
+    # Listed out of order: the smallest is found by its memory, then its compute.
+    sizes = '["3g.40gb", "1g.20gb", "2g.20gb", "1g.10gb"]'
+    settings = pools_variable(mig_partition_sizes=sizes, mig_time_shared_clients="4")
+    evaluated = pools.evaluate(*variable_args(**MIG, gke_gpu_node_pools=settings))
+    pools_made = evaluated["gke_gpu_node_pools"]
+    assert pools_made["castslice-ts1g10"] == {
+        "sharing_strategy": "TIME_SHARING",
+        "max_shared_clients_per_gpu": 4,
+        "gpu_partition_size": "1g.10gb",
+    }
+    # The dedicated pools stay as they were.
+    assert pools_made["castslice-1g10gb"]["max_shared_clients_per_gpu"] is None
+    env = evaluated["container_env"]
+    assert env["CASTSLICE_MIG_TIME_SHARED_CLIENTS"] == "4"
+    # The node labels GKE gives each pool: the partition size, and on the time-shared pool
+    # the sharing strategy and clients per GPU (GKE, "Share GPUs with multiple workloads
+    # using time-sharing").
+    offered = []
+    for pool in pools_made.values():
+        labels = {}
+        if pool["gpu_partition_size"]:
+            labels[PARTITION_LABEL] = pool["gpu_partition_size"]
+        if pool["max_shared_clients_per_gpu"]:
+            labels[STRATEGY_LABEL] = GKE_LABEL_VALUE[pool["sharing_strategy"]]
+            labels[CLIENTS_LABEL] = str(pool["max_shared_clients_per_gpu"])
+        offered.append(labels)
+    backend = backend_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
+    shared = 0
+    for slices in range(1, 2 * int(per_gpu) + 1):
+        placement = backend.place(slices)
+        serving = [labels for labels in offered if backend.serves(labels, placement)]
+        # Exactly one pool: a dedicated partition never lands on the time-shared pool.
+        assert len(serving) == 1, (slices, placement, serving)
+        shared += CLIENTS_LABEL in serving[0]
+    # At S = 16, 1/16 is smaller than 1g.10gb (1/8): one slice count shares; at S = 8 none.
+    assert shared == (1 if per_gpu == "16" else 0)
 
 
 @pytest.mark.terraform
@@ -272,6 +318,19 @@ def test_the_longest_partition_pool_name_fits_gke(pools: Locals) -> None:
         (
             {**MIG, "gke_gpu_node_pools": pools_variable(mig_partition_sizes='["1g.10GB"]')},
             "mig_partition_sizes must be MIG profiles",
+        ),
+        (
+            {
+                **MIG,
+                "gke_gpu_node_pools": pools_variable(
+                    mig_partition_sizes='["1g.10gb"]', mig_time_shared_clients="49"
+                ),
+            },
+            "mig_time_shared_clients time-shares the smallest of mig_partition_sizes",
+        ),
+        (
+            {**GKE, "gke_gpu_node_pools": pools_variable(mig_time_shared_clients="4")},
+            "mig_time_shared_clients time-shares the smallest of mig_partition_sizes",
         ),
         (
             {**GKE, "gke_gpu_node_pools": '{cluster="c",location="l"}'},

@@ -268,25 +268,102 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
             resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
 
 
+@pytest.mark.kubernetes("1.36")
+def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_taken(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start(DRA)
+    delete_taint_rule(api)
+    resource = kubernetes.client.ResourceV1Api(api)
+    try:
+        resource.create_device_class(mig_device_class())
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
+    ensure_device_class(api)
+    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", "1")
+    kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
+    clear_unscheduled_pods(api, namespace)
+    # One A100-80GB in mig-parted's all-balanced: two 1g.10gb, one 2g.20gb, one 3g.40gb.
+    name = f"mig-dra-fallback-{uuid.uuid4().hex[:6]}"
+    create_shaped_nodes(api, [shaped_node(name, {}, {})])
+    try:
+        resource.create_resource_slice(
+            resource_slice(name, mig_devices("A100-80GB", "all-balanced"))
+        )
+        # Two eighths take both 1g.10gb; then the third, and only then, is applied.
+        apply(kubectl_user, namespace, [pod("eighth-0", 1), pod("eighth-1", 1)])
+        settle(api, namespace, runs=2, waits=0, timeout=_TIMEOUT)
+        apply(kubectl_user, namespace, [pod("eighth-2", 1)])
+        up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
+        allocated = {}
+        for p in up:
+            [status] = p["status"]["resourceClaimStatuses"]
+            claim = resource.read_namespaced_resource_claim(
+                status["resourceClaimName"], namespace, _preload_content=False
+            )
+            [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
+            allocated[p["metadata"]["name"]] = (result["request"], result["device"].split("-")[3])
+        assert allocated == {
+            "eighth-0": ("gpu/1g-10gb", "1g10gb"),
+            "eighth-1": ("gpu/1g-10gb", "1g10gb"),
+            # No 1g.10gb left and no 1g.20gb on this layout: the next larger that holds 1/8.
+            "eighth-2": ("gpu/2g-20gb", "2g20gb"),
+        }
+        record = json.loads(
+            next(p for p in up if p["metadata"]["name"] == "eighth-2")["metadata"]["annotations"][
+                APPLIED
+            ]
+        )
+        assert record["instance"].startswith(
+            "1g.10gb: 1/7 of the compute, 1/8 of the memory; if none is free, the first free "
+            "of 1g.20gb, 2g.20gb, 3g.40gb"
+        )
+    finally:
+        delete_nodes(api, [name])
+        resource.delete_collection_resource_slice(field_selector=f"spec.nodeName={name}")
+
+
 # GKE's partition node pools: "Each GPU partition appears as a regular GPU resource"
 # (cloud.google.com/kubernetes-engine/docs/how-to/gpus-multi): the node advertises one
 # nvidia.com/gpu per partition and is labelled with its partition size; every GKE node
 # names its pool, every GPU node its accelerator (as nodes.py's GKE nodes).
-def gke_node(name: str, pool: str, accelerator: str, partition: str | None, gpus: int) -> Manifest:
+# A partition pool time-shared on top is labelled as GKE's time-sharing pools are, beside its
+# partition size: "cloud.google.com/gke-max-shared-clients-per-gpu" and
+# "cloud.google.com/gke-gpu-sharing-strategy: time-sharing"
+# (cloud.google.com/kubernetes-engine/docs/concepts/timesharing-gpus), and advertises each
+# partition once per client, as a time-shared GPU is advertised once per client.
+def gke_node(
+    name: str,
+    pool: str,
+    accelerator: str,
+    partition: str | None,
+    gpus: int,
+    clients: int | None = None,
+) -> Manifest:
     labels = {
         "cloud.google.com/gke-nodepool": pool,
         "cloud.google.com/gke-accelerator": accelerator,
     }
     if partition is not None:
         labels["cloud.google.com/gke-gpu-partition-size"] = partition
+    if clients is not None:
+        labels["cloud.google.com/gke-gpu-sharing-strategy"] = "time-sharing"
+        labels["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(clients)
+        gpus *= clients
     return shaped_node(name, labels, {GPU: str(gpus)})
 
 
 @contextmanager
 def gke_nodes(
-    api: kubernetes.client.ApiClient, namespace: str, partitions: list[str | None]
+    api: kubernetes.client.ApiClient,
+    namespace: str,
+    partitions: list[str | None],
+    time_shared: tuple[str, int] | None = None,
 ) -> Iterator[dict[str, str]]:
-    """One node per partition size (None: whole GPUs, two), A100-80GB, by size or "whole"."""
+    """One node per partition size (None: whole GPUs, two), A100-80GB, by size or "whole";
+    with `time_shared` (size, clients), one more of that size time-shared on top, by
+    "shared"."""
     clear_unscheduled_pods(api, namespace)
     run = uuid.uuid4().hex[:6]
     names = {
@@ -304,6 +381,12 @@ def gke_nodes(
         )
         for size in partitions
     ]
+    if time_shared is not None:
+        size, clients = time_shared
+        names["shared"] = f"gke-ts{size.replace('.', '')}-{run}"
+        pool = f"pool-ts{size}".replace(".", "")
+        shared = gke_node(names["shared"], pool, "nvidia-a100-80gb", size, per_gpu[size], clients)
+        manifests.append(shared)
     create_shaped_nodes(api, manifests)
     try:
         yield names
@@ -328,6 +411,42 @@ def test_gke_partitions_take_their_share_and_whole_gpus_keep_off_them(
     assert nodes["whole"] in where.values()
     # One whole GPU in all: the other whole-GPU Pod waits rather than take a partition.
     assert waiting["metadata"]["name"] in ("whole", "second-whole")
+
+
+def test_gke_time_shared_partitions_take_only_the_pods_smaller_than_a_partition(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    start(
+        {
+            **MIXED,
+            "CASTSLICE_MIG_STACK": "gke",
+            "CASTSLICE_MIG_GPU_MODELS": "A100-80GB",
+            "CASTSLICE_SLICES_PER_GPU": "16",
+            "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "2",
+        }
+    )
+    # 1/16 of a GPU is smaller than 1g.10gb (1/8): 3 such Pods share the time-shared node's
+    # 14 clients. 1/8 fills a 1g.10gb: 8 such Pods for the dedicated node's 7 partitions,
+    # so one waits rather than share a partition.
+    sixteenths = [pod(f"sixteenth-{n}", 1) for n in range(3)]
+    eighths = [pod(f"eighth-{n}", 2) for n in range(8)]
+    with gke_nodes(api, namespace, ["1g.10gb", "3g.40gb"], ("1g.10gb", 2)) as nodes:
+        apply(kubectl_user, namespace, [*sixteenths, *eighths, pod("half", 8)])
+        up, [waiting] = settle(api, namespace, runs=11, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+    where = {name: node for name, (node, _) in placed(up).items()}
+    assert {where[f"sixteenth-{n}"] for n in range(3)} == {nodes["shared"]}
+    assert {node for name, node in where.items() if name.startswith("eighth-")} == {
+        nodes["1g.10gb"]
+    }
+    assert waiting["metadata"]["name"].startswith("eighth-")
+    assert where["half"] == nodes["3g.40gb"]
+    # The record says what a time-shared Pod really gets.
+    shared_pod = next(p for p in up if p["metadata"]["name"] == "sixteenth-0")
+    record = json.loads(shared_pod["metadata"]["annotations"][APPLIED])
+    assert record["instance"] == (
+        "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by up to 2 clients "
+        "without isolation"
+    )
 
 
 def test_gke_backend_whole_gpu_pods_keep_off_partition_nodes(

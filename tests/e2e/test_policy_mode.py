@@ -42,7 +42,7 @@ from castslice.render.admission_policies.policies import WORKLOAD_WARNING_PREFIX
 from castslice.settings.config import Config
 from tests.policy_shapes import (
     BACKENDS,
-    CROWDED_CONTAINERS,
+    crowd_for,
     crowded,
     generated,
     gpu,
@@ -276,7 +276,11 @@ def kubectl_admin(kubectl: Any, control_plane: LocalControlPlane) -> Kubectl:
 
 
 def corpus(config: Config) -> list[Manifest]:
-    return [*hand_picked(config), *generated(config, GENERATED_SHAPES), crowded(CROWDED_CONTAINERS)]
+    return [
+        *hand_picked(config),
+        *generated(config, GENERATED_SHAPES),
+        crowded(crowd_for(config)),
+    ]
 
 
 def placed(shapes: list[Manifest], namespaces: list[str]) -> list[tuple[str, Manifest]]:

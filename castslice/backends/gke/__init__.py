@@ -50,7 +50,10 @@ class GkeBackend(SharingPoolBackend):
             STRATEGY: _GKE_STRATEGY[self.config.sharing_strategy],
             MAX_CLIENTS: str(degree),
         }
-        return Placement(self.config.gpu_resource, 1, selector, Fraction(1, degree))
+        share = Fraction(1, degree)
+        return Placement(
+            self.config.gpu_resource, 1, selector, share, instance=self.mps_client(degree)
+        )
 
     def whole(self, gpus: int) -> Placement:
         # Sharing nodes advertise nvidia.com/gpu too (one per client), and MIG partition

@@ -12,7 +12,9 @@ How a Pod asks for an instance depends on the cluster's stack (CASTSLICE_MIG_STA
 - `single`: every MIG device is one `nvidia.com/gpu`, and GPU Feature Discovery labels the
   node `nvidia.com/gpu.product=<product>-MIG-<profile>`;
 - `gke`: GKE's GPU partitions are `nvidia.com/gpu` on nodes labelled
-  `cloud.google.com/gke-gpu-partition-size=<profile>`;
+  `cloud.google.com/gke-gpu-partition-size=<profile>`; a pool time-shared on top also
+  carries `cloud.google.com/gke-gpu-sharing-strategy=time-sharing` and
+  `cloud.google.com/gke-max-shared-clients-per-gpu=<n>` (CASTSLICE_MIG_TIME_SHARED_CLIENTS);
 - `dra`: the NVIDIA DRA driver publishes each MIG device with its `profile` attribute
   (devices.py).
 """
@@ -34,6 +36,7 @@ from castslice.backends.base import (
     Placement,
     claim_operations,
     claims_left_alone,
+    label_count,
     whole_gpus,
 )
 from castslice.backends.mig import choice, devices, devices_check, layouts
@@ -58,6 +61,10 @@ MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 PARTITION = "cloud.google.com/gke-gpu-partition-size"
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+# GKE's value of GKE_SHARING on a time-shared pool: the only strategy on top of partitions
+# CastSlice places on.
+GKE_TIME_SHARING = "time-sharing"
 
 # The choices of settings that name the profile table's entries.
 SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
@@ -68,7 +75,7 @@ SETTING_CHOICES: Mapping[str, tuple[str, ...]] = {
 
 class MigBackend(Backend):
     name = "mig"
-    placement_keys = (PRODUCT, PARTITION)
+    placement_keys = (PRODUCT, PARTITION, GKE_SHARING, GKE_CLIENTS)
     policy_mode_refusal = (
         "the mig backend chooses a MIG profile per GPU model, which policy mode does not "
         "render yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=mig"
@@ -155,9 +162,14 @@ class MigBackend(Backend):
                         i.model.gke_accelerator for i in used if i.model.gke_accelerator
                     )
                     labels_in = ((GKE_ACCELERATOR, accelerators),)
-                placement = Placement(
-                    gpu, 1, {PARTITION: first.profile.name}, share, labels_in=labels_in
-                )
+                clients = self._time_shared_clients(used, share)
+                selector = {PARTITION: first.profile.name}
+                # A partition of its own never comes from a time-shared pool.
+                absent: tuple[str, ...] = (GKE_SHARING,)
+                if clients is not None:
+                    selector |= {GKE_SHARING: GKE_TIME_SHARING, GKE_CLIENTS: str(clients)}
+                    absent = ()
+                placement = Placement(gpu, 1, selector, share, absent, labels_in=labels_in)
             else:
                 if choice.ambiguous(first, models):
                     labels_in = ((PRODUCT, tuple(p for i in used for p in i.model.products)),)
@@ -170,12 +182,36 @@ class MigBackend(Backend):
                 for i in dropped
             )
         instance = _instances_text(used)
+        if stack == "dra":
+            fallbacks = self._ranks(used, share)[1:]
+            if fallbacks:
+                names = ", ".join(
+                    "/".join(dict.fromkeys(i.profile.name for i in rank)) for rank in fallbacks
+                )
+                instance += f"; if none is free, the first free of {names}"
+        clients = label_count(placement.node_selector.get(GKE_CLIENTS))
+        if clients is not None:
+            instance += f", time-shared by up to {clients} clients without isolation"
         gets = min(i.model.memory(i.profile) for i in used)
         return placement._replace(
             gpus=gets if share < 1 else Fraction(1),
             instance=instance,
             caveats=tuple(f"mig: {c}" for c in caveats),
         )
+
+    def _time_shared_clients(self, used: list[Instance], share: Fraction) -> int | None:
+        """The clients per partition of the time-shared pool a Pod of `share` goes to, or None:
+        it gets a partition of its own (no time-shared pools, or it is not smaller than the
+        smallest partition)."""
+        clients = self.config.mig_time_shared_clients
+        if clients is None or not all(choice.below_smallest(self.config, i, share) for i in used):
+            return None
+        return clients
+
+    def instance_intro(self, placement: Placement) -> str:
+        if GKE_CLIENTS in placement.node_selector:
+            return "the Pod shares"
+        return "the Pod gets a MIG instance,"
 
     def _whole(self, gpus: int) -> Placement:
         gpu = self.config.gpu_resource
@@ -207,11 +243,30 @@ class MigBackend(Backend):
         return devices.MigClaimTemplates(self.config, self._claim_request)
 
     def _claim_request(self, slices: int) -> Manifest:
-        """What the template for `slices` asks for: the chosen MIG instances, or whole GPUs."""
+        """What the template for `slices` asks for: the chosen MIG instances, then the larger
+        ones that hold the share too, or whole GPUs."""
         chosen, gpus, _ = self._choice(slices)
         if not chosen:
             return devices.request(None, gpus, False)
-        return devices.request(chosen, 1, _needs_product(chosen, choice.models(self.config)))
+        share = min(Fraction(slices, self.config.slices_per_gpu), Fraction(1))
+        ranks = self._ranks(chosen, share)
+        used = [i for rank in ranks for i in rank]
+        return devices.request(ranks, 1, _needs_product(used, choice.models(self.config)))
+
+    def _ranks(self, chosen: list[Instance], share: Fraction) -> list[list[Instance]]:
+        """The instances a claim may get, rank by rank: `chosen` first, then each model's next
+        larger instance that holds the share, and so on (at most the subrequests a claim may
+        list). A whole GPU's `7g` instance has no larger one."""
+        if share >= 1:
+            return [chosen]
+        larger = [
+            [Instance(i.model, p) for p in choice.holding(self.config, i.model, share)[1:]]
+            for i in chosen
+        ]
+        ranks = [chosen]
+        for k in range(max(len(more) for more in larger)):
+            ranks.append([more[k] for more in larger if k < len(more)])
+        return ranks[: devices.MAX_SUBREQUESTS]
 
     def node_checks(self) -> Sequence[NodeCheck] | None:
         # Device-plugin stacks: the common checks of node resources and labels suffice.
@@ -226,23 +281,26 @@ class MigBackend(Backend):
         for slices in range(1, self.config.slices_per_gpu + 1):
             chosen, _, _ = self._choice(slices)
             if chosen:
-                found.setdefault(tuple(chosen), []).append(slices)
+                # A claim takes any instance it lists (firstAvailable): one of them will do.
+                share = min(Fraction(slices, self.config.slices_per_gpu), Fraction(1))
+                listed = [i for rank in self._ranks(chosen, share) for i in rank]
+                found.setdefault(tuple(listed), []).append(slices)
         return [(list(instances), counts) for instances, counts in found.items()]
-
-    def notes(self, placement: Placement) -> tuple[str, ...]:
-        notes = list(placement.caveats)
-        if placement.instance:
-            notes.insert(0, f"mig: the Pod gets a MIG instance, {placement.instance}")
-        return tuple(notes)
 
     def setup_hint(self) -> str:
         config = self.config
         emitted = sorted({p.name for m in choice.models(config) for p in choice.offered(config, m)})
         layouts = ", ".join(f"all-{name}" for name in emitted)
         if config.mig_stack == "gke":
+            shared = (
+                ""
+                if config.mig_time_shared_clients is None
+                else " (and for the smallest, one more with gpu-sharing-strategy=time-sharing,"
+                f"max-shared-clients-per-gpu={config.mig_time_shared_clients})"
+            )
             return (
                 "create GKE node pools with --accelerator=type=TYPE,count=N,"
-                "gpu-partition-size=PROFILE for the profiles Pods ask for, or set "
+                f"gpu-partition-size=PROFILE for the profiles Pods ask for{shared}, or set "
                 "CASTSLICE_MIG_PROFILES to the partition sizes your pools have"
             )
         strategy = (

@@ -47,6 +47,12 @@ def smallest(
     return min(fitting, key=lambda p: (p.memory_slices, p.compute_slices), default=None)
 
 
+def holding(config: Config, model: GpuModel, share: Fraction) -> list[Profile]:
+    """Every offered instance of `model` that holds `share`, smallest first."""
+    fitting = [p for p in offered(config, model) if holds(config, model, p, share)]
+    return sorted(fitting, key=lambda p: (p.memory_slices, p.compute_slices))
+
+
 def choose(config: Config, model: GpuModel, share: Fraction) -> Profile | None:
     """The smallest offered instance of `model` that holds `share`, or None: none does."""
     return smallest(offered(config, model), config, model, share)
@@ -58,6 +64,22 @@ def left_out(config: Config, model: GpuModel, share: Fraction) -> Profile | None
     if best is None or best in offered(config, model):
         return None
     return best
+
+
+def below_smallest(config: Config, instance: Instance, share: Fraction) -> bool:
+    """Whether `instance` is the model's smallest offered one and `share` is smaller than it
+    (by the fit rule): a Pod that would leave part of a partition idle, so may time-share one."""
+    model = instance.model
+    least = smallest_offered(config, model)
+    if least != instance.profile or model.memory(least) <= share:
+        return False
+    return config.mig_fit == "memory" or model.compute(least) > share
+
+
+def smallest_offered(config: Config, model: GpuModel) -> Profile | None:
+    return min(
+        offered(config, model), key=lambda p: (p.memory_slices, p.compute_slices), default=None
+    )
 
 
 def same_meaning(a: Instance, b: Instance) -> bool:

@@ -49,13 +49,48 @@ def selector(instances: Sequence[Instance], with_product: bool) -> str:
             names = ", ".join(f"'{name}'" for name in instance.model.nvml_names)
             clause = f"({clause} && {_ATTRIBUTES}.productName in [{names}])"
         clauses.append(clause)
-    return " || ".join(clauses)
+    # Models that share a profile name and its shares need it once.
+    return " || ".join(dict.fromkeys(clauses))
 
 
-def request(instances: Sequence[Instance] | None, gpus: int, with_product: bool) -> Manifest:
-    """The claim's one request: a MIG device of `instances`, or `gpus` whole GPUs."""
-    if instances is None:
-        return {"deviceClassName": GPU_CLASS, "allocationMode": "ExactCount", "count": gpus}
+def request(ranks: Sequence[Sequence[Instance]] | None, gpus: int, with_product: bool) -> Manifest:
+    """The claim's one request (its name and kind left to the template): a MIG device of the
+    first rank of `ranks` (each model's instance), or `gpus` whole GPUs.
+
+    With more ranks (the larger instances that also hold the share, smallest first), the
+    request is `firstAvailable` (DRAPrioritizedList, GA in Kubernetes 1.36): one subrequest
+    per rank, which the allocator tries in order, so a Pod gets the next larger instance
+    when every smaller one is taken.
+    """
+    if ranks is None:
+        return {
+            "exactly": {"deviceClassName": GPU_CLASS, "allocationMode": "ExactCount", "count": gpus}
+        }
+    alternatives = [_one_device(rank, with_product) for rank in ranks]
+    if len(alternatives) == 1:
+        return {"exactly": alternatives[0]}
+    named: list[Manifest] = []
+    for rank, alternative in zip(ranks, alternatives, strict=True):
+        name = subrequest_name(rank)
+        taken = {item["name"] for item in named}
+        if name in taken:
+            name = f"{name}-{len(named)}"
+        named.append({"name": name, **alternative})
+    return {"firstAvailable": named[:MAX_SUBREQUESTS]}
+
+
+# resource.k8s.io/v1: at most this many subrequests in `firstAvailable`
+# (FirstAvailableDeviceRequestMaxSize).
+MAX_SUBREQUESTS = 8
+
+
+def subrequest_name(rank: Sequence[Instance]) -> str:
+    """A DNS label naming a rank by its first instance's profile (`1g.10gb` -> `1g-10gb`);
+    the allocation's `request` reads `gpu/1g-10gb`."""
+    return rank[0].profile.name.replace(".", "-")
+
+
+def _one_device(instances: Sequence[Instance], with_product: bool) -> Manifest:
     return {
         "deviceClassName": MIG_CLASS,
         "allocationMode": "ExactCount",
@@ -88,22 +123,14 @@ class MigClaimTemplates:
 
     def manifests(self, namespaces: Sequence[str | None], counts: Sequence[int]) -> list[Manifest]:
         return [
-            resource_claim_template(
-                template_name(self.config, count),
-                {
-                    "spec": {
-                        "devices": {"requests": [{"name": "gpu", "exactly": self.request(count)}]}
-                    }
-                },
-                namespace,
-            )
+            resource_claim_template(template_name(self.config, count), self.spec(count), namespace)
             for namespace in namespaces
             for count in counts
         ]
 
     def spec(self, slices: int) -> Manifest:
         """The template's `spec`: one request, the backend's choice for `slices`."""
-        request = {"name": "gpu", "exactly": self.request(slices)}
+        request = {"name": "gpu", **self.request(slices)}
         return {"spec": {"devices": {"requests": [request]}}}
 
     def enrolled_namespaces(self) -> tuple[str, ...]:

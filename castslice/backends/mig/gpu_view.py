@@ -15,6 +15,8 @@ from castslice.contract.scheduling import allocatable
 Manifest = dict[str, Any]
 # GPU Feature Discovery's count of a node's physical GPUs (k8s-device-plugin v0.20.0).
 GPU_COUNT = "nvidia.com/gpu.count"
+# GKE: a partition pool time-shared on top advertises each partition once per client.
+GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
 
 
 class MigGpuView:
@@ -25,8 +27,9 @@ class MigGpuView:
         instance_of: Callable[[str, Mapping[str, str]], Instance | None],
     ) -> None:
         self._inner = inner
-        # inner place key -> (the node's MIG place key, the instance its units are)
-        self._mig: dict[str, tuple[str, Instance]] = {}
+        # inner place key -> (the node's MIG place key, the instance its units are, the
+        # clients that time-share each instance)
+        self._mig: dict[str, tuple[str, Instance, int]] = {}
         self._places: dict[str, GpuPlace] = {}
         by_name = {str((n.get("metadata") or {}).get("name") or ""): n for n in nodes}
         offered: dict[str, list[tuple[Instance, int]]] = {}
@@ -38,8 +41,10 @@ class MigGpuView:
                 self._places[key] = place
                 continue
             mig_key = f"{place.node} MIG"
-            self._mig[key] = (mig_key, instance)
-            offered.setdefault(place.node, []).append((instance, allocatable(node, place.unit)))
+            clients = _clients(labels)
+            self._mig[key] = (mig_key, instance, clients)
+            count = allocatable(node, place.unit) // clients
+            offered.setdefault(place.node, []).append((instance, count))
         for node_name, instances in offered.items():
             labels = (by_name[node_name].get("metadata") or {}).get("labels") or {}
             total = instances[0][0].model.memory_total
@@ -47,8 +52,12 @@ class MigGpuView:
             gpus = label_count(labels.get(GPU_COUNT)) or -(-units // total)
             kinds = "; ".join(f"{count} × {i.text()}" for i, count in instances)
             key = f"{node_name} MIG"
+            clients = _clients(labels)
+            # Time-shared instances are counted per client: in 1/clients of a memory slice.
             unit = f"memory slices of MIG instances ({kinds})"
-            self._places[key] = GpuPlace(key, node_name, None, gpus, gpus * total, unit)
+            if clients > 1:
+                unit = f"1/{clients} {unit}, each time-shared by {clients} clients"
+            self._places[key] = GpuPlace(key, node_name, None, gpus, gpus * total * clients, unit)
 
     def places(self) -> Mapping[str, GpuPlace]:
         return self._places
@@ -57,9 +66,15 @@ class MigGpuView:
         found = []
         for hold in self._inner.holds(pod):
             if hold.place in self._mig:
-                key, instance = self._mig[hold.place]
+                key, instance, clients = self._mig[hold.place]
+                # One client of an instance time-shared by `clients`: its memory slices, in
+                # 1/clients of a slice, as the place counts them.
                 slices = hold.units * instance.profile.memory_slices
-                share = Fraction(slices, instance.model.memory_total)
+                share = Fraction(slices, instance.model.memory_total * clients)
                 hold = GpuHold(key, slices, share)
             found.append(hold)
         return found
+
+
+def _clients(labels: Mapping[str, str]) -> int:
+    return label_count(labels.get(GKE_CLIENTS)) or 1

@@ -79,7 +79,9 @@ class NvidiaBackend(SharingPoolBackend):
     def shared(self, degree: int) -> Placement:
         selector = {REPLICAS: str(degree), STRATEGY: self.config.sharing_strategy}
         # One replica per client: `failRequestsGreaterThanOne` refuses more.
-        return Placement(self.shared_resource, 1, selector, Fraction(1, degree))
+        return Placement(
+            self.shared_resource, 1, selector, Fraction(1, degree), instance=self.mps_client(degree)
+        )
 
     def whole(self, gpus: int) -> Placement:
         return Placement(self.config.gpu_resource, gpus, {STRATEGY: "none"}, Fraction(gpus))

@@ -195,8 +195,8 @@ def original_entries(config: Config) -> Expr:
 
 
 def record(backend: str) -> Expr:
-    """CEL for the decision record, byte for byte DecisionRecord.encode()."""
-    # `instance` is left out when None, as it is on every backend policy mode renders.
+    """CEL for the decision record, byte for byte DecisionRecord.encode(); its last member,
+    `instance`, is `variables.instanceMember` ("" when the record leaves it out)."""
     slices, source, backend_field, original = map(json_string, DecisionRecord.__struct_fields__[:4])
     before_slices = "{" + slices + ":"
     before_source = "," + source + ":"
@@ -204,7 +204,8 @@ def record(backend: str) -> Expr:
     return (
         f"{string(before_slices)} + string({variable('slices')}) + "
         f"{string(before_source)} + {variable('sourceJson')} + {string(before_original)} + "
-        f"{variable('original')}.join(',') + {string('}}')}"
+        f"{variable('original')}.join(',') + {string('}')} + {variable('instanceMember')} + "
+        f"{string('}')}"
     )
 
 

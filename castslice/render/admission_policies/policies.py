@@ -66,6 +66,7 @@ _RECORD_MEMBERS = json_string("original") + ":{"
 # container can have been given less than it asked for (a whole number above 1).
 _ASKED_MORE_THAN_ONE = r'(?s)"original":\{.*":"([^1"]|1[^"])'
 _MEMBER = '"[^"]*":"[^"]*"'
+_INSTANCE_MEMBER = "}," + json_string("instance") + ":"
 _SEPARATOR = '":"'
 
 
@@ -101,16 +102,18 @@ def may_warn(config: Config, placement: PlacementCel, annotations: Expr) -> Expr
         if placement.placement_keys
         else "false"
     )
+    recorded_warns = f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})"
+    if placement.has_notes():
+        # The backend warns of what the record's `instance` states (an MPS client's cap).
+        recorded_warns = cel.any_of(
+            [recorded_warns, f"{annotations}[{applied}].contains({string(_INSTANCE_MEMBER)})"]
+        )
     return cel.any_of(
         [
             f"{ratio} in {annotations}",
             f"({kind} in {annotations} && !({annotations}[{kind}] in "
             f"{cel.literal(list(config.presets))}))",
-            cel.if_else(
-                f"{applied} in {annotations}",
-                f"{annotations}[{applied}].matches({string(_ASKED_MORE_THAN_ONE)})",
-                hand_placed,
-            ),
+            cel.if_else(f"{applied} in {annotations}", recorded_warns, hand_placed),
         ]
     )
 
@@ -194,8 +197,9 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
     """The Pod warnings, worked out from the Pod as the validating policy sees it: mutated.
 
     A record the request itself carried: the webhook skipped the Pod, silently.
-    A record the mutation added: the annotation warnings, and the less-than-asked
-    ones from the record's `original` quantities (the resources are rewritten).
+    A record the mutation added: the annotation warnings, the less-than-asked ones from
+    the record's `original` quantities (the resources are rewritten), then the backend's
+    notes on the placement (what the Pod really gets).
     No record: the annotation warnings, and the placed-by-hand one.
     """
     annotations = variable("annotations")
@@ -230,7 +234,7 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
                 f"{messages.annotation_warnings(config)} + "
                 + cel.if_else(
                     variable("mutated"),
-                    variable("lessThanAsked"),
+                    f"{variable('lessThanAsked')} + {placement.notes()}",
                     cel.if_else(
                         f"size({hand_placed}) > 0 && {any_gpu_container(config.gpu_resource)}",
                         f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
@@ -245,11 +249,17 @@ def warning_variables(config: Config, placement: PlacementCel) -> Variables:
 def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
     """The webhook's audit annotations on the Pods the mutating policy rewrote."""
     mutated = variable("mutated")
+    placement = PlacementCel(config)
     audit = [
         ("slices", f"string({variable('slices')})"),
         ("slice-source", variable("source")),
         ("backend", string(config.backend)),
     ]
+    placement_variables = []
+    if placement.states_instance():
+        # Blank when the share says it all: the API server then leaves the key out.
+        audit.append(("instance", variable("instance")))
+        placement_variables = [placement.degree(), placement.instance()]
     recorded = cel.has_key(selection.ANNOTATIONS, APPLIED)
     return _manifest(
         "ValidatingAdmissionPolicy",
@@ -266,6 +276,7 @@ def audit_policy(config: Config, failure_policy: str = "Ignore") -> Manifest:
                     # The `recorded` matchCondition has the record there: only whether
                     # the mutating policy wrote it, or the user sent it, is left.
                     ("mutated", f"!({recorded_by_user()})"),
+                    *placement_variables,
                 ]
             ),
             "auditAnnotations": [

@@ -141,7 +141,7 @@ def workload_variables(config: Config, placement: PlacementCel) -> Variables:
                     f"size({hand_placed}) > 0",
                     f"[{messages.hand_placed_warning(hand_placed + '[0]')}]",
                     f"{gpu}.filter(found, {messages.less_than_asked(placement, asked)})"
-                    f".map(found, {less_than_asked_warning})",
+                    f".map(found, {less_than_asked_warning}) + {placement.notes()}",
                 ),
             ),
         ),

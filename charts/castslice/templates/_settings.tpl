@@ -124,6 +124,11 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
 {{- $lines = append $lines (printf "CASTSLICE_MIG_WHOLE_GPU: %s" (quote $value)) }}
+{{- $value = "" }}
+{{- with $.Values.mig.timeSharedClients }}{{ $value = int . | toString }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_TIME_SHARED_CLIENTS: %s" (quote $value)) }}
+{{- end }}
 {{- join "\n" $lines }}
 {{- end -}}
 
@@ -184,6 +189,9 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "gpu") }}{{ $flags = append $flags (printf "--mig-whole-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
+{{- with $.Values.mig.timeSharedClients }}{{ $value = int . | toString }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--mig-time-shared-clients %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- join " " $flags }}
 {{- end -}}
 
