@@ -35,6 +35,11 @@ the value's name as the application would refuse its variable. */}}
 {{- if gt (int $.Values.defaultSlices) (int $.Values.maxSliceRatio) }}
 {{- fail (printf "defaultSlices: %d is above maxSliceRatio (%d); the application refuses CASTSLICE_DEFAULT_SLICES above CASTSLICE_MAX_SLICE_RATIO" (int $.Values.defaultSlices) (int $.Values.maxSliceRatio)) }}
 {{- end }}
+{{- if and $.Values.extender $.Values.extender.enabled }}
+{{- if not (has (toString $.Values.backend) (list "dra" "gke" "nvidia")) }}
+{{- fail (printf "extender.enabled: the scheduler extender scores GPUs shared as DRA devices or by sharing node pools; set backend to dra, gke, nvidia (backend is %s)" (toString $.Values.backend)) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the
