@@ -10,6 +10,7 @@ from collections import Counter
 import kubernetes.client
 import pytest
 
+from bench.packing import extender_cost
 from castslice.backends import backend_for
 from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
 from castslice.environment import load_config
@@ -139,7 +140,7 @@ def test_pool_scores_are_the_reference_port_s_after_any_binding(backend: str) ->
     names = list(NODES)
     for pod in pods:
         typical = view.typical()
-        shape = view._shape(view._read_pod(pod))
+        shape = view.shape(pod)
         assert shape is not None
         scores = view.scores(pod, names)
         assert [score for _, score in scores] == [
@@ -177,3 +178,23 @@ def test_on_a_pool_backend_it_watches_only_nodes_and_pods() -> None:
     assert set(pools.kinds) == {"nodes", "pods"}
     devices = Informers(kubernetes.client.ApiClient(), ClusterView("shares", 100))
     assert set(devices.kinds) == {"nodes", "pods", "resourceslices", "resourceclaims"}
+
+
+@pytest.mark.parametrize("configuration", ["nvidia-plan", "gke-4"])
+def test_a_pool_trace_sample_is_scored_as_the_reference_while_it_fills(configuration: str) -> None:
+    view, names, pending = extender_cost.build_pools(configuration, every=20)
+    pools = Counter(view.free(name).pool for name in names)
+    # Every node is in one of the configuration's pools; some share, some hold whole GPUs.
+    assert "" not in pools and WHOLE in pools and len(pools) >= 2
+    placed = 0
+    for pod in pending[:40]:
+        typical, shape = view.typical(), view.shape(pod)
+        assert shape is not None
+        scores = view.scores(pod, names)
+        assert [score for _, score in scores] == [
+            extender_score(free, shape, typical) if free else 0
+            for free in (view.recounted(name) for name in names)
+        ]
+        placed += extender_cost.bind_pool(view, pod, scores) is not None
+    assert placed >= 20
+    assert [view.free(name) for name in names] == [view.recounted(name) for name in names]

@@ -453,6 +453,12 @@ class ClusterView:
         with self._lock:
             return self._frees([node_name]).get(node_name)
 
+    def shape(self, pod: Manifest) -> PodShape | None:
+        """What `pod` asks of a node as the view scores it (None: a claim not seen yet)."""
+        read = self._read_pod(pod)
+        with self._lock:
+            return self._shape(read)
+
     def missing_claims(self, pod: Manifest) -> list[tuple[str, str]]:
         """The claims `pod` names that the view has not seen (yet)."""
         read = self._read_pod(pod)
