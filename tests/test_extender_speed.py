@@ -29,6 +29,8 @@ from castslice.extender.fragmentation import (
 
 GIB = 1 << 30
 MODELS = ("T4", "V100", "A10", "")
+# Node pools as the pool backends name them ("" where GPUs are DRA devices).
+POOLS = ("", "", "4", "whole")
 
 
 def _random_shape(draw: random.Random) -> PodShape:
@@ -46,7 +48,7 @@ def _random_shape(draw: random.Random) -> PodShape:
         gpus, milli = draw.choice((1, 1, 2, 4, 8)), MILLI
     models = tuple(sorted(draw.sample(MODELS[:3], draw.randint(1, 2)))) if kind > 0.8 else ()
     return PodShape(draw.choice((0, 1000, 2000, 8000, 16000, 32000)), milli, gpus, models,
-                    draw.choice((0, 1, 4, 16, 64)) * GIB)  # fmt: skip
+                    draw.choice((0, 1, 4, 16, 64)) * GIB, draw.choice(POOLS))  # fmt: skip
 
 
 def _random_node(draw: random.Random) -> NodeFree:
@@ -54,7 +56,7 @@ def _random_node(draw: random.Random) -> NodeFree:
                  for _ in range(draw.choice((0, 1, 2, 4, 8))))  # fmt: skip
     # Overcommitted hosts (a Pod bound before the view saw its node's size) go negative.
     return NodeFree(draw.randint(-2000, 96000), gpus, draw.choice(MODELS),
-                    draw.randint(-GIB, 512 * GIB))  # fmt: skip
+                    draw.randint(-GIB, 512 * GIB), draw.choice(POOLS))  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(5))

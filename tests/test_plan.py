@@ -149,12 +149,20 @@ def test_the_plan_says_when_the_scheduler_extender_is_worth_deploying() -> None:
     mostly_whole = replace(planned, recommended_claims_devices=True)
     assert mostly_whole.extender_advice[0] is False
     assert "only 2% of the GPU demand" in mostly_whole.extender_advice[1]
-    # GPUs the extender cannot see device by device.
-    pools = replace(trace, recommended_claims_devices=False)
+    # Node pools: the extender scores them, but a pool's clients leave no leftovers.
+    pools = replace(trace, recommended_claims_devices=False, backend="nvidia")
     assert pools.extender_advice == (
         False,
-        "the scheduler extender scores GPUs shared as DRA devices; the recommended "
-        "backend's GPUs are not tracked per device",
+        "the recommended backend shares GPUs by node pools, whose clients are all one size: "
+        "no leftovers of a GPU for the scheduler extender to avoid (it scores such pools, "
+        "for CPU and memory left stranded, unmeasured)",
+    )
+    # GPUs the extender cannot see at all.
+    unseen = replace(trace, recommended_claims_devices=False, backend="resource")
+    assert unseen.extender_advice == (
+        False,
+        "the scheduler extender scores GPUs shared as DRA devices or by node pools; the "
+        "recommended backend's GPUs are neither",
     )
 
 

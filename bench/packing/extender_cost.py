@@ -206,6 +206,106 @@ def bind(
     return None
 
 
+def build_pools(
+    configuration_name: str, every: int = 1, seed: int = 42, filled: float = 0.5
+) -> tuple[ClusterView, list[str], list[Manifest]]:
+    """The same on a pool backend (`nvidia-plan`, `gke-4`...): the replay's nodes and pools
+    for that configuration, its Pods as the webhook rewrites them, placed on a random node
+    of their pool with a client free until half the GPU demand of the cluster is placed."""
+    import copy
+    import json
+
+    import jsonpatch
+
+    from castslice.decision.admission import Admission
+    from castslice.extender.cluster_view import Pools
+
+    from .__main__ import configurations
+    from .replay import node_manifest as pool_node
+    from .replay import node_pools
+    from .replay import pod_manifest as replay_pod
+
+    configuration = {item.name: item for item in configurations()}[configuration_name]
+    config = configuration.config
+    pools = Pools(configuration.backend)
+    nodes = sample_nodes(read_nodes(), every)
+    gpus = sum(node.gpus for node in nodes)
+    tasks = workload(read_tasks(), gpus, seed, "shuffled")
+    manifests = [
+        pool_node(configuration, node, sharing)
+        for node, sharing in zip(nodes, node_pools(configuration, nodes, tasks), strict=True)
+    ]
+    # name -> [pool, resource, free units, free CPU, free memory MiB, model]
+    state: dict[str, list[Any]] = {}
+    for node, manifest in zip(nodes, manifests, strict=True):
+        pool, resource, node_gpus, clients = pools.node(manifest, manifest["metadata"]["labels"])
+        state[node.name] = [pool, resource, node_gpus * clients, node.cpu_milli,
+                            node.memory_mib, node.model]  # fmt: skip
+    admission, draw = Admission(config), random.Random(seed)
+    pods, pending, taken = [], [], 0.0
+    for index, task in enumerate(tasks):
+        manifest = replay_pod(configuration, index, task)
+        manifest["metadata"]["namespace"] = "trace"
+        request = {"uid": str(index), "operation": "CREATE", "namespace": "trace",
+                   "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                   "object": copy.deepcopy(manifest)}  # fmt: skip
+        answer = admission.review(request).response
+        if "patch" in answer:
+            manifest = jsonpatch.apply_patch(manifest, json.loads(answer["patch"]))
+        manifest["metadata"]["uid"] = manifest["metadata"]["name"]
+        pool, units = pools.pod(manifest)
+        node_name = ""
+        if taken < filled * gpus:
+            fitting = [
+                name for name, (node_pool, _, free, cpu, memory, model) in state.items()
+                if cpu >= task.cpu_milli and memory >= task.memory_mib
+                and (not units or (node_pool == pool and free >= units))
+                and (not task.gpu_spec or model in task.gpu_spec)
+            ]  # fmt: skip
+            if fitting:
+                node_name = draw.choice(fitting)
+                entry = state[node_name]
+                entry[2] -= units
+                entry[3] -= task.cpu_milli
+                entry[4] -= task.memory_mib
+                taken += float(task.demand)
+        manifest["status"] = {"phase": "Running" if node_name else "Pending"}
+        if node_name:
+            manifest["spec"]["nodeName"] = node_name
+        else:
+            pending.append(manifest)
+        pods.append(manifest)
+    view = ClusterView(CAPACITY, config.slices_per_gpu, config.gpu_resource, pools)
+    view.replace("nodes", manifests)
+    view.replace("pods", pods)
+    for _ in range(len(pods) // 100 + 1):
+        view.typical()
+    return view, [node.name for node in nodes], pending
+
+
+def bind_pool(view: ClusterView, pod: Manifest, scores: list[tuple[str, int]]) -> str | None:
+    """Place `pod` on the best-scored node of its pool with what it asks free, and tell the
+    view as the watch would: the Pod bound."""
+    assert view.pools is not None
+    pool, units = view.pools.pod(pod)
+    shape = view.shape(pod)
+    for name, _ in sorted(scores, key=lambda scored: -scored[1]):
+        free = view.free(name)
+        if free is None or shape is None or free.cpu_milli < shape.cpu_milli:
+            continue
+        if free.memory < shape.memory or (shape.models and free.model not in shape.models):
+            continue
+        if units and (
+            free.pool != pool
+            or sum(1 for left in free.gpu_milli if left >= shape.gpu_milli) < shape.gpus
+        ):
+            continue  # fmt: skip
+        view.apply("pods", "MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": name},
+                                        "status": {"phase": "Running"}})  # fmt: skip
+        return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.packing.extender_cost",
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
@@ -213,9 +313,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=100, help="prioritize calls to time")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--shares", type=int, default=100, help="shares per GPU (S)")
+    parser.add_argument(
+        "--pools",
+        metavar="CONFIGURATION",
+        help="a pool backend's replay configuration instead of dra (nvidia-plan, gke-4...)",
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    view, names, pending = build(args.every, args.seed, args.shares)
+    if args.pools:
+        view, names, pods = build_pools(args.pools, args.every, args.seed)
+        pending: list[tuple[Manifest, TraceTask | None]] = [(pod, None) for pod in pods]
+    else:
+        view, names, tasks = build(args.every, args.seed, args.shares)
+        pending = list(tasks)
     built = time.perf_counter() - began
     typical = view.typical()
     print(f"{len(names)} nodes, {len(pending)} Pending Pods, {len(typical)} typical shapes; "
@@ -231,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         walls.append(time.perf_counter() - began)
         cpus.append(time.thread_time() - cpu)
         began = time.perf_counter()
-        bind(view, pod, task, scores, args.shares)
+        if task is None:
+            bind_pool(view, pod, scores)
+        else:
+            bind(view, pod, task, scores, args.shares)
         binds.append(time.perf_counter() - began)
     for what, times in (("wall clock", walls), ("CPU", cpus)):
         print(f"{len(times)} calls, {what}: median {statistics.median(times) * 1000:.2f} ms, "

@@ -62,6 +62,7 @@ __all__ = [
     "TemplateCounts",
     "backend_class",
     "backend_for",
+    "extender_backends",
     "sharing_degree",
     "whole_gpus",
 ]
@@ -73,3 +74,8 @@ def backend_class(name: str) -> type[Backend]:
 
 def backend_for(config: Config) -> Backend:
     return BACKENDS[config.backend](config)
+
+
+def extender_backends() -> list[str]:
+    """The backends whose GPUs the scheduler extender can score (`Backend.extender_gpus`)."""
+    return sorted(name for name, backend in BACKENDS.items() if backend.extender_gpus is not None)

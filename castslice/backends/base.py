@@ -213,6 +213,11 @@ def enrolled_namespaces(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+# The ways the scheduler extender sees GPUs (`Backend.extender_gpus`).
+DEVICES = "devices"
+POOLS = "pools"
+
+
 class Backend:
     """What every backend answers; the defaults are those most backends share (the GPU
     resource swapped in each container, the placement's node labels required and
@@ -239,6 +244,11 @@ class Backend:
     whole_gpu_nodes_fix: ClassVar[str] = ""
     # What to change on the nodes `node_setup_problem` names.
     node_setup_fix: ClassVar[str] = ""
+    # How the scheduler extender (`castslice extender`) sees this backend's GPUs: DEVICES
+    # (DRA devices with a consumable share capacity, each device's use known), POOLS
+    # (sharing node pools, each node's use known as a count of clients), or None: it
+    # cannot score them.
+    extender_gpus: ClassVar[str | None] = None
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -447,6 +457,8 @@ class SharingPoolBackend(Backend):
     A fractional share goes to the pool found by `sharing_degree`; a share that
     no pool fits gets whole GPUs. Subclasses say what each looks like.
     """
+
+    extender_gpus = POOLS
 
     def instance_intro(self, placement: Placement) -> str:
         return "the Pod is an"

@@ -4,9 +4,11 @@ own, beside the webhook, never on its path).
 kube-scheduler calls its `prioritize` verb for each Pod with the names of the nodes that
 passed its filters; the extender scores each node by FGD's fragmentation gradient for the
 GPU the DRA allocator will pick, from what its watches of Nodes, Pods, ResourceSlices and
-ResourceClaims say. It only scores: registered `ignorable: true` (infra/scheduler/
-fgd-extender.yaml), an extender that is down, slow or wrong leaves kube-scheduler to its
-own filters and scores. Exit status: 2 when the settings or the cluster cannot be used.
+ResourceClaims say, or, on a backend that shares GPUs by node pools (nvidia, gke), for the
+clients each node's Pods hold, spread over its GPUs as the device plugin spreads them. It
+only scores: registered `ignorable: true` (infra/scheduler/fgd-extender.yaml), an extender
+that is down, slow or wrong leaves kube-scheduler to its own filters and scores. Exit
+status: 2 when the settings or the cluster cannot be used.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from castslice.backends import backend_for
+from castslice.backends import backend_for, extender_backends
+from castslice.backends.base import POOLS
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.doctor import add_cluster_arguments, cluster_from
 from castslice.cli.flags import config_from
@@ -36,17 +39,24 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port must be from 0 to 65535, not {args.port}")
     config = config_from(args)
-    if backend_for(config).claim_templates() is None:
+    backend = backend_for(config)
+    if backend.extender_gpus is None:
         raise CommandError(
-            f"the extender scores GPUs shared as DRA devices (CASTSLICE_BACKEND=dra); the "
-            f"{config.backend} backend's GPUs are not tracked per device yet"
+            f"the extender scores GPUs shared as DRA devices or by sharing node pools "
+            f"(CASTSLICE_BACKEND={'|'.join(extender_backends())}); the {config.backend} "
+            "backend's GPUs are not tracked per device or per pool"
         )
     cluster = cluster_from(args, "extender")
-    from castslice.extender.cluster_view import ClusterView
+    from castslice.extender.cluster_view import ClusterView, Pools
     from castslice.extender.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    view = ClusterView(config.dra_capacity, config.slices_per_gpu, config.gpu_resource)
+    view = ClusterView(
+        config.dra_capacity,
+        config.slices_per_gpu,
+        config.gpu_resource,
+        Pools(backend) if backend.extender_gpus == POOLS else None,
+    )
 
     def announce(port: int) -> None:
         print(f"castslice extender: serving on {args.address}:{port}", flush=True)

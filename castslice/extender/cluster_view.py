@@ -8,6 +8,16 @@ slice's devices in its order); a device's free share is S less what the allocate
 consume of it (`status.allocation.devices.results[].consumedCapacity`). A Pod's GPU
 request is read from its claims (`status.resourceClaimStatuses`): `count` devices with
 `capacity.requests[<capacity>]` shares of each.
+
+Or GPUs are shared by node pools (`Pools`: the nvidia and gke backends): a node of a pool
+of degree M offers M clients per GPU through the device plugin's count, and a Pod placed on
+that pool (the backend's node selector) takes one client: 1/M of a GPU, in the pool's own
+granularity (floor(1000 / M) thousandths). Which GPU each client runs on is the device
+plugin's choice, made on the node and written nowhere the API server shows; the view knows
+only how many clients a node's Pods hold, and spreads them over its GPUs as the NVIDIA
+device plugin's default allocation policy does (`distributed`: each client to the GPU with
+the fewest, NVIDIA/k8s-device-plugin internal/rm/allocate.go, commit 046b76bb). Whole-GPU
+nodes (the backend's whole-GPU placement) hold whole GPUs, known exactly by their count.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from castslice.backends.base import Backend, Placement
 from castslice.contract.scheduling import allocatable, count, pod_request
 from castslice.extender.fragmentation import MILLI, NodeFree, PodShape, Scorer, typical_pods
 
@@ -57,6 +68,11 @@ class _Pod:
     models: tuple[str, ...]
     done: bool
     shape: PodShape | None = None
+    # With pools: the pool the Pod's node selector asks for, the units of its resource it
+    # asks, and the units of each pool resource it holds on its node.
+    pool: str = ""
+    pool_units: int = 0
+    holds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,6 +80,66 @@ class _Node:
     cpu_milli: int
     memory: int
     model: str
+    # With pools: the node's pool, the resource its clients are counted in, its GPUs and
+    # the clients each offers.
+    pool: str = ""
+    resource: str = ""
+    gpus: int = 0
+    clients: int = 1
+
+
+# The pool of whole-GPU nodes, beside the sharing pools named by their degree.
+WHOLE = "whole"
+
+
+class Pools:
+    """A pool backend's node pools, as its placements select them: which pool a node is
+    in and which one a Pod asks for. Nothing here branches on the backend: its sharing
+    pools, its whole-GPU placement, and which nodes serve each are the backend's answers."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.sharing: list[tuple[int, Placement]] = sorted((backend.sharing_pools() or {}).items())
+        # A share of a whole GPU or more: the backend's whole-GPU placement.
+        self.whole = backend.place(backend.config.slices_per_gpu)
+        self.resources = sorted(
+            {placement.resource for _, placement in self.sharing} | {self.whole.resource}
+        )
+
+    def node(self, item: Manifest, labels: dict[str, str]) -> tuple[str, str, int, int]:
+        """(pool, resource, GPUs, clients per GPU) of a node; ("", "", 0, 1) off every pool."""
+        for degree, placement in self.sharing:
+            if self.backend.serves(labels, placement):
+                clients = allocatable(item, placement.resource)
+                return str(degree), placement.resource, -(-clients // degree), degree
+        if self.backend.serves(labels, self.whole):
+            return WHOLE, self.whole.resource, allocatable(item, self.whole.resource), 1
+        return "", "", 0, 1
+
+    def pod(self, item: Manifest) -> tuple[str, int]:
+        """(pool, units asked) of a Pod: the sharing pool whose labels its node selector
+        requires, else whole GPUs if it asks for the GPU resource, else ("", 0).
+
+        A Pod asking for the GPU resource with no pool's labels is taken for a whole-GPU
+        Pod; on GKE it may land on a sharing node, where it gets a client's share.
+        """
+        selector = (item.get("spec") or {}).get("nodeSelector") or {}
+        for degree, placement in self.sharing:
+            if placement.node_selector.items() <= selector.items():
+                return str(degree), pod_request(item, placement.resource)
+        units = pod_request(item, self.whole.resource)
+        return (WHOLE, units) if units else ("", 0)
+
+
+def spread_clients(gpus: int, clients: int, held: int) -> tuple[int, ...]:
+    """Each GPU's free thousandths when `held` of its node's `clients`-per-GPU clients are
+    taken, spread as the device plugin's `distributed` policy spreads them (each to the GPU
+    with the fewest), most free first: the GPU the next client gets comes first."""
+    if not gpus:
+        return ()
+    fewest, more = divmod(max(held, 0), gpus)
+    taken = [min(clients, fewest + (index < more)) for index in range(gpus)]
+    return tuple(sorted(((clients - used) * MILLI // clients for used in taken), reverse=True))
 
 
 @dataclass
@@ -83,6 +159,8 @@ class ClusterView:
     capacity: str
     shares_per_gpu: int
     gpu_resource: str = "nvidia.com/gpu"
+    # A pool backend's pools; None: GPUs are DRA devices.
+    pools: Pools | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _nodes: dict[str, _Node] = field(default_factory=dict)
     # slice name -> (node, [(device key, shares offered)])
@@ -139,10 +217,12 @@ class ClusterView:
             if event == "DELETED":
                 self._nodes.pop(name, None)
             else:
+                labels = metadata.get("labels") or {}
                 self._nodes[name] = _Node(
                     _milli(((item.get("status") or {}).get("allocatable") or {}).get("cpu")),
                     allocatable(item, "memory"),
-                    (metadata.get("labels") or {}).get(MODEL_LABEL, ""),
+                    labels.get(MODEL_LABEL, ""),
+                    *(self.pools.node(item, labels) if self.pools is not None else ()),
                 )
             if index:
                 self._known.pop(name, None)
@@ -248,12 +328,17 @@ class ClusterView:
         node = self._nodes.get(name)
         if node is None:
             return None
-        cpu, memory = node.cpu_milli, node.memory
+        cpu, memory, held = node.cpu_milli, node.memory, 0
         for uid in self._pods_on.get(name, ()):
             pod = self._pods[uid]
             if not pod.done:
                 cpu -= pod.cpu_milli
                 memory -= pod.memory
+                held += pod.holds.get(node.resource, 0)
+        if self.pools is not None:
+            return NodeFree(
+                cpu, spread_clients(node.gpus, node.clients, held), node.model, memory, node.pool
+            )
         gpus: list[int] = []
         for slice_name in sorted(self._slices_on.get(name, ())):
             gpus += [
@@ -290,12 +375,31 @@ class ClusterView:
             gpus_plain=pod_request(item, self.gpu_resource),
             models=_models(spec),
             done=status.get("phase") in _DONE,
+            **self._pool_fields(item),
         )
+
+    def _pool_fields(self, item: Manifest) -> dict[str, Any]:
+        if self.pools is None:
+            return {}
+        pool, units = self.pools.pod(item)
+        holds = {
+            resource: held
+            for resource in self.pools.resources
+            if (held := pod_request(item, resource))
+        }
+        return {"pool": pool, "pool_units": units, "holds": holds}
 
     # ---- reading
 
     def _shape(self, pod: _Pod) -> PodShape | None:
         """The Pod's shape, or None while a claim it names is not made or not seen yet."""
+        if self.pools is not None:
+            if not pod.pool_units:
+                return PodShape(pod.cpu_milli, 0, 0, pod.models, pod.memory)
+            # A client of a pool of degree M: 1/M of one GPU per unit, each on its own GPU
+            # as the `distributed` policy spreads them; whole GPUs on the whole-GPU pool.
+            milli = MILLI if pod.pool == WHOLE else MILLI // int(pod.pool)
+            return PodShape(pod.cpu_milli, milli, pod.pool_units, pod.models, pod.memory, pod.pool)
         gpus, milli = 0, 0
         for claim_name in pod.claims:
             claim = self._claims.get((pod.namespace, claim_name)) if claim_name else None
@@ -348,6 +452,12 @@ class ClusterView:
         must find them (for an operator's check and the tests)."""
         with self._lock:
             return self._frees([node_name]).get(node_name)
+
+    def shape(self, pod: Manifest) -> PodShape | None:
+        """What `pod` asks of a node as the view scores it (None: a claim not seen yet)."""
+        read = self._read_pod(pod)
+        with self._lock:
+            return self._shape(read)
 
     def missing_claims(self, pod: Manifest) -> list[tuple[str, str]]:
         """The claims `pod` names that the view has not seen (yet)."""
@@ -409,10 +519,19 @@ class ClusterView:
         wanted = set(names)
         cpu = {name: node.cpu_milli for name, node in self._nodes.items() if name in wanted}
         memory = {name: node.memory for name, node in self._nodes.items() if name in wanted}
+        held = dict.fromkeys(cpu, 0)
         for pod in self._pods.values():
             if pod.node in cpu and not pod.done:
                 cpu[pod.node] -= pod.cpu_milli
                 memory[pod.node] -= pod.memory
+                held[pod.node] += pod.holds.get(self._nodes[pod.node].resource, 0)
+        if self.pools is not None:
+            return {
+                name: NodeFree(cpu[name], spread_clients(node.gpus, node.clients, held[name]),
+                               node.model, memory[name], node.pool)
+                for name in cpu
+                for node in [self._nodes[name]]
+            }  # fmt: skip
         consumed: dict[str, int] = {}
         for claim in self._claims.values():
             for key, shares in claim.allocated:
@@ -431,9 +550,9 @@ class ClusterView:
         }
 
 
-def _holding(pod: _Pod) -> tuple[str, int, int, bool]:
+def _holding(pod: _Pod) -> tuple[object, ...]:
     """What of a Pod its node's free resources count."""
-    return pod.node, pod.cpu_milli, pod.memory, pod.done
+    return pod.node, pod.cpu_milli, pod.memory, pod.done, tuple(sorted(pod.holds.items()))
 
 
 def _milli(value: object) -> int:

@@ -54,6 +54,8 @@ class PodShape:
     """What a Pod asks of a node: CPU, memory, and `gpus` GPUs with `gpu_milli` of each.
 
     `models`: the GPU models it may run on (empty: any), as the artefact's `GpuType`.
+    `pool`: the node pool its GPUs must come from (a sharing degree, or whole GPUs), where
+    GPUs are shared by node pools; "" where every node's GPUs serve every Pod.
     """
 
     cpu_milli: int
@@ -61,6 +63,7 @@ class PodShape:
     gpus: int = 0
     models: tuple[str, ...] = ()
     memory: int = 0
+    pool: str = ""
 
     @property
     def asks_nothing(self) -> bool:
@@ -70,12 +73,13 @@ class PodShape:
 @dataclass(frozen=True)
 class NodeFree:
     """What a node has left: CPU, memory, and each GPU's free thousandths, in the order
-    its GPUs are allocated from."""
+    its GPUs are allocated from, and the node pool it is in ("" where there are none)."""
 
     cpu_milli: int
     gpu_milli: tuple[int, ...]
     model: str = ""
     memory: int = 0
+    pool: str = ""
 
     @property
     def gpu_milli_left(self) -> int:
@@ -86,7 +90,10 @@ TypicalPods = Sequence[tuple[PodShape, float]]
 
 
 def accessible(node: NodeFree, pod: PodShape) -> bool:
-    """`IsNodeAccessibleToPodByType`: any node if the Pod names no model, else its model."""
+    """`IsNodeAccessibleToPodByType`: any node if the Pod names no model, else its model;
+    and only a node of the Pod's pool (a GPU type of its own, to the artefact)."""
+    if pod.pool != node.pool:
+        return False
     if not pod.models:
         return True
     return bool(node.model) and node.model in pod.models
@@ -299,7 +306,7 @@ def extender_score(
 # memory fall among the typical Pods' (whether each typical Pod fits the host is all the
 # fragmentation reads of them), so nodes that differ only where no typical Pod looks share
 # one entry.
-_FragmentationKey = tuple[tuple[int, ...], str, int, int]
+_FragmentationKey = tuple[tuple[int, ...], str, int, int, str]
 # Fragmentations remembered at most; past it they are forgotten at once.
 _REMEMBERED = 200_000
 
@@ -317,38 +324,41 @@ class Scorer:
         cpu_index = {cpu: index for index, cpu in enumerate(self._cpus)}
         memory_index = {memory: index for index, memory in enumerate(self._memories)}
         # Per typical Pod in order: frequency, GPU thousandths (0: asks no GPU, never Q3),
-        # GPUs, the index of its CPU and its memory among the distinct ones, its models.
+        # GPUs, the index of its CPU and its memory among the distinct ones, its models,
+        # its pool.
         self._rows = [
             (frequency, pod.gpu_milli, pod.gpus, cpu_index[pod.cpu_milli],
-             memory_index[pod.memory], frozenset(pod.models))
+             memory_index[pod.memory], frozenset(pod.models), pod.pool)
             for pod, frequency in typical
         ]  # fmt: skip
         self._remembered: dict[_FragmentationKey, float] = {}
 
     def _key(
-        self, lefts: Iterable[int], model: str, cpu_milli: int, memory: int
+        self, lefts: Iterable[int], model: str, cpu_milli: int, memory: int, pool: str
     ) -> _FragmentationKey:
         return (
             tuple(sorted(lefts)),
             model,
             bisect.bisect_right(self._cpus, cpu_milli),
             bisect.bisect_right(self._memories, memory),
+            pool,
         )
 
     def _fragmentation(self, key: _FragmentationKey) -> float:
         found = self._remembered.get(key)
         if found is not None:
             return found
-        lefts, model, cpus_fitting, memories_fitting = key
+        lefts, model, cpus_fitting, memories_fitting, node_pool = key
         below = list(itertools.accumulate(lefts, initial=0))
         total = below[-1]
         count = len(lefts)
         amount = 0.0
-        for frequency, milli, gpus, cpu, memory, models in self._rows:
+        for frequency, milli, gpus, cpu, memory, models, pool in self._rows:
             # Q3: the Pod asks a GPU, may run on this model, its host needs fit, and enough
             # GPUs have its share free; then only the GPUs short of its share count.
             if (
                 milli
+                and pool == node_pool
                 and (not models or (model and model in models))
                 and cpu < cpus_fitting
                 and memory < memories_fitting
@@ -366,7 +376,7 @@ class Scorer:
     def fragmentation(self, node: NodeFree) -> float:
         """`fragmentation(node, typical)`."""
         return self._fragmentation(
-            self._key(node.gpu_milli, node.model, node.cpu_milli, node.memory)
+            self._key(node.gpu_milli, node.model, node.cpu_milli, node.memory, node.pool)
         )
 
     def score(self, node: NodeFree, pod: PodShape, before: float | None = None) -> int:
@@ -398,7 +408,9 @@ class Scorer:
             return packing_key(node)
         if before is None:
             before = self.fragmentation(node)
-        measured = self._fragmentation(self._key(after, node.model, cpu_after, memory_after))
+        measured = self._fragmentation(
+            self._key(after, node.model, cpu_after, memory_after, node.pool)
+        )
         kept = min(sum(after), _KEY_SPAN)
         key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
         return _gradient_score(before, measured) * KEY_RANGE + key

@@ -59,9 +59,12 @@ class Informers:
         self.kinds: dict[str, Callable[..., Any]] = {
             "nodes": core.list_node,
             "pods": core.list_pod_for_all_namespaces,
-            "resourceslices": resource.list_resource_slice,
-            "resourceclaims": resource.list_resource_claim_for_all_namespaces,
         }
+        if view.pools is None:
+            # Devices and their claims; a cluster sharing by node pools may serve no
+            # resource.k8s.io at all, and its watch would never sync.
+            self.kinds["resourceslices"] = resource.list_resource_slice
+            self.kinds["resourceclaims"] = resource.list_resource_claim_for_all_namespaces
         self.synced = {kind: threading.Event() for kind in self.kinds}
         self._stop = threading.Event()
 

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from castslice.backends import BACKENDS, GpuLayout, LaidOut, Placement, backend_for, sharing_degree
+from castslice.backends.base import POOLS
 from castslice.contract.definitions import APPLIED, DecisionRecord
 from castslice.contract.patch import quantity_value, refused_count
 from castslice.decision.pods import less_than_asked_text
@@ -167,9 +168,15 @@ class Plan:
         """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
         share = self.shared_demand / self.demand if self.demand else Fraction(0)
         if not self.recommended_claims_devices:
+            if BACKENDS[self.backend].extender_gpus == POOLS:
+                return False, (
+                    "the recommended backend shares GPUs by node pools, whose clients are all "
+                    "one size: no leftovers of a GPU for the scheduler extender to avoid (it "
+                    "scores such pools, for CPU and memory left stranded, unmeasured)"
+                )
             return False, (
-                "the scheduler extender scores GPUs shared as DRA devices; the recommended "
-                "backend's GPUs are not tracked per device"
+                "the scheduler extender scores GPUs shared as DRA devices or by node pools; "
+                "the recommended backend's GPUs are neither"
             )
         if share < EXTENDER_SHARE:
             return False, (

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from castslice.backends import BACKENDS, backend_class
+from castslice.backends import BACKENDS, backend_class, extender_backends
 from castslice.environment import KINDS, choices
 from castslice.settings.chart_values import nullable, ref
 from castslice.settings.table import (
@@ -214,6 +214,22 @@ def _backend_refusal_check(entry: Setting) -> list[str]:
     return lines
 
 
+def _extender_check() -> list[str]:
+    """extender.enabled only with a backend the extender scores, as `castslice extender`
+    refuses the others."""
+    scored = extender_backends()
+    names = " ".join(_go_string(name) for name in scored)
+    return [
+        "{{- if and $.Values.extender $.Values.extender.enabled }}",
+        f"{{{{- if not (has (toString {ref(BACKEND)}) (list {names})) }}}}",
+        '{{- fail (printf "extender.enabled: the scheduler extender scores GPUs shared as '
+        f"DRA devices or by sharing node pools; set backend to {', '.join(scored)} "
+        f'(backend is %s)" (toString {ref(BACKEND)})) }}}}',
+        "{{- end }}",
+        "{{- end }}",
+    ]
+
+
 def _environment_helper() -> list[str]:
     """The CASTSLICE_* environment from the values named after each variable, one
     `VARIABLE: "text"` line each; a null value leaves its variable out (the application's
@@ -295,6 +311,7 @@ def check_template() -> str:
             lines += _differs_check(entry)
         if entry.backend_refusal is not None:
             lines += _backend_refusal_check(entry)
+    lines += _extender_check()
     lines.append("{{- end -}}")
     lines += _environment_helper()
     lines += _flags_helper()

@@ -27,6 +27,8 @@ import yaml
 
 import castslice.serve.tls
 from castslice import __version__
+from castslice.backends import BACKENDS as ALL_BACKENDS
+from castslice.backends import extender_backends
 from castslice.cli import extender as extender_command
 from castslice.cli.flags import add_settings, config_from
 from castslice.environment import load_config
@@ -1049,11 +1051,17 @@ def test_the_extender_runs_when_asked_beside_the_webhook_with_what_its_watches_n
     assert profile["extenders"][0]["urlPrefix"] == url
 
 
-def test_the_extender_is_refused_off_the_dra_backend_and_off_by_default(
+def test_the_extender_is_refused_where_it_cannot_score_and_off_by_default(
     helm: Path, tmp_path: Path, defaults: Objects
 ) -> None:
-    error = template_error(helm, tmp_path, {"extender": {"enabled": True}})
-    assert "extender.enabled: the scheduler extender scores GPUs shared as DRA devices" in error
+    # The default backend (resource) and mig: neither devices with shares nor node pools.
+    for backend in ("resource", "mig"):
+        values = {"backend": backend, "extender": {"enabled": True}}
+        error = template_error(helm, tmp_path, values)
+        assert (
+            "extender.enabled: the scheduler extender scores GPUs shared as DRA devices or by "
+            f"sharing node pools; set backend to dra, gke, nvidia (backend is {backend})"
+        ) in error
     assert _extender_objects(defaults) == {}
 
 
@@ -1187,3 +1195,33 @@ def test_no_second_scheduler_and_no_scheduler_name_by_default(defaults: Objects)
     (webhook,) = [obj for obj in of_kind(defaults, "Deployment")]
     (server,) = webhook["spec"]["template"]["spec"]["containers"]
     assert "CASTSLICE_SCHEDULER_NAME" not in container_environment(defaults, server)
+
+
+def test_the_chart_installs_the_extender_for_exactly_the_backends_the_command_serves(
+    helm: Path, tmp_path: Path
+) -> None:
+    installs = set()
+    for backend in ALL_BACKENDS:
+        values = {"backend": backend, "slicesPerGpu": 8}
+        # Each backend installs without the extender: a refusal below is the extender's.
+        template(helm, tmp_path, values)
+        with_extender = {**values, "extender": {"enabled": True}}
+        result = run_helm(helm, *template_args(values_file(tmp_path, with_extender)), check=False)
+        if result.returncode == 0:
+            installs.add(backend)
+        else:
+            assert "extender.enabled: the scheduler extender scores" in result.stderr
+    assert installs == set(extender_backends()) == {"dra", "gke", "nvidia"}
+
+
+@pytest.mark.parametrize("backend", ["nvidia", "gke"])
+def test_the_extender_installs_on_the_pool_backends_with_their_settings(
+    helm: Path, tmp_path: Path, backend: str
+) -> None:
+    values = {"backend": backend, "sharingDegrees": [2, 4], "extender": {"enabled": True}}
+    objects = template(helm, tmp_path, values)
+    (container,) = _extender_objects(objects)["Deployment"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    config = load_config(container_environment(objects, container))
+    assert (config.backend, config.sharing_degrees) == (backend, (2, 4))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from castslice.backends.base import (
+    DEVICES,
     Backend,
     ClaimTemplates,
     GpuView,
@@ -45,6 +46,7 @@ class DraBackend(Backend):
     """Claims of `s` shares of one device, or of whole devices; no node labels."""
 
     name = "dra"
+    extender_gpus = DEVICES
     policy_mode_refusal = (
         "the dra backend adds resource claims to Pods, and policy mode does not render "
         "them yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=dra"

@@ -47,6 +47,11 @@ the value's name as the application would refuse its variable. */}}
 {{- if and $.Values.schedulerName (eq (toString $.Values.backend) "mig") }}
 {{- fail "schedulerName is set, but with backend mig it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
 {{- end }}
+{{- if and $.Values.extender $.Values.extender.enabled }}
+{{- if not (has (toString $.Values.backend) (list "dra" "gke" "nvidia")) }}
+{{- fail (printf "extender.enabled: the scheduler extender scores GPUs shared as DRA devices or by sharing node pools; set backend to dra, gke, nvidia (backend is %s)" (toString $.Values.backend)) }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the
