@@ -111,7 +111,11 @@ def test_each_backend_says_what_its_pods_are_guaranteed() -> None:
         ("no compute or memory guaranteed (time-slicing)", 4),
     )
     assert estimate(mps, halves, "m").gets == (
-        ("at most 1/2 of the memory and compute (MPS, in software)", 4),
+        (
+            "MPS client, at most 1/2 of the GPU's memory per process (enforced in software, "
+            "not with MIG)",
+            4,
+        ),
     )
     assert estimate(dra, halves, "d").gets == (("no compute or memory guaranteed", 4),)
     assert estimate(mig(), halves, "g").gets == (

@@ -513,9 +513,7 @@ class SharingPoolBackend(Backend):
         degree = sharing_degree(self.config, slices)
         if degree is None:
             return "whole GPUs"
-        if self.config.sharing_strategy == "mps":
-            return f"at most 1/{degree} of the memory and compute (MPS, in software)"
-        return "no compute or memory guaranteed (time-slicing)"
+        return self.mps_client(degree) or "no compute or memory guaranteed (time-slicing)"
 
     def sharing_pools(self) -> Mapping[int, Placement]:
         # s = S // d reaches every degree d the backend can ever choose (d <= S).

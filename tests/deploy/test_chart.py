@@ -958,6 +958,7 @@ def test_every_setting_other_than_its_default_reaches_the_application(
             "stack": "single",
             "fit": "strict",
             "wholeGpu": "7g",
+            "timeSharedClients": 4,
         },
     }
     objects = template(helm, tmp_path, values)
@@ -986,6 +987,7 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         mig_stack="single",
         mig_fit="strict",
         mig_whole_gpu="7g",
+        mig_time_shared_clients=4,
     )
     default = Config()
     # schedulerName is refused with nvidia: the second scheduler's own test carries it.

@@ -61,6 +61,7 @@ SETTINGS = {
     "CASTSLICE_MIG_STACK": "single",
     "CASTSLICE_MIG_FIT": "strict",
     "CASTSLICE_MIG_WHOLE_GPU": "7g",
+    "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4",
 }
 # The path token is for the public URL only; metrics for the chart only.
 VARIANT_SETTINGS = {
