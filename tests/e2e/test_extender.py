@@ -6,112 +6,43 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import kubernetes.client
 import pytest
 
 from bench.packing.__main__ import configurations
-from bench.packing.replay import (
-    NAMESPACE,
-    apply_claim_templates,
-    create_cluster_nodes,
-    pod_manifest,
-    settle,
-)
+from bench.packing.replay import NAMESPACE
 from bench.packing.trace import TraceNode, TraceTask
-from tests.procs import wait_until
 
-from . import tools
-from .castslice_server import CastSliceServer
-from .cluster import LocalControlPlane
-from .extender import ExtenderProcess, profile_for
-from .pods import create_namespace
-from .registration import register_and_wait
+from .placing import PlacingCluster, placing_cluster
 
 DRA_100 = next(item for item in configurations() if item.name == "dra-100")
 WHOLE = TraceTask("whole", 4000, 4096, 1, 1000, ())
 HALF = TraceTask("half", 4000, 4096, 1, 500, ())
 
 
-@dataclass
-class Cluster:
-    api: kubernetes.client.ApiClient
-    extender: ExtenderProcess | None
-    created: int = 0
-
-    def place(self, task: TraceTask, away_from: str | None = None) -> str | None:
-        """Create the task's Pod once the extender (if any) has seen every earlier placement;
-        the node it is bound to, or None if the scheduler found it unschedulable."""
-        if self.extender is not None:
-            wait_until(
-                self._seen,
-                timeout=60,
-                what="the extender to see every placement so far",
-                interval=0.2,
-            )
-        index = self.created
-        manifest = pod_manifest(DRA_100, index, task)
-        if away_from is not None:
-            # A pull of the scheduler's own scores towards the other nodes, as its default
-            # spreading is: the extender must outweigh it.
-            away = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [away_from]}
-            manifest["spec"]["affinity"] = {
-                "nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 100, "preference": {"matchExpressions": [away]}}
-                    ]
-                }
-            }
-        kubernetes.client.CoreV1Api(self.api).create_namespaced_pod(NAMESPACE, manifest)
-        self.created += 1
-        pods = settle(kubernetes.client.CoreV1Api(self.api), self.created)
-        (pod,) = [item for item in pods if item["metadata"]["name"] == f"task-{index:05d}"]
-        return pod["spec"].get("nodeName")
-
-    def _seen(self) -> bool:
-        """The GPU shares the extender's view holds are those the allocated claims hold."""
-        assert self.extender is not None
-        answer = kubernetes.client.ResourceV1Api(self.api).list_namespaced_resource_claim(
-            NAMESPACE, _preload_content=False
-        )
-        claims = json.loads(answer.data)["items"]
-        held = sum(
-            int(result["consumedCapacity"]["shares"]) * 1000 // 100
-            for claim in claims
-            for result in ((claim.get("status") or {}).get("allocation") or {})
-            .get("devices", {})
-            .get("results", [])
-        )
-        view = self.extender.state()["nodes"]
-        return held == sum(1000 - free for node in view.values() for free in node["gpuMilli"])
+def _claimed_milli(api: kubernetes.client.ApiClient) -> int:
+    """The thousandths of a GPU the allocated claims hold (100 shares a GPU)."""
+    answer = kubernetes.client.ResourceV1Api(api).list_namespaced_resource_claim(
+        NAMESPACE, _preload_content=False
+    )
+    claims = json.loads(answer.data)["items"]
+    return sum(
+        int(result["consumedCapacity"]["shares"]) * 1000 // 100
+        for claim in claims
+        for result in ((claim.get("status") or {}).get("allocation") or {})
+        .get("devices", {})
+        .get("results", [])
+    )
 
 
-@contextlib.contextmanager
-def cluster(nginx: Path, nodes: list[TraceNode], with_extender: bool) -> Iterator[Cluster]:
-    binaries = tools.kube_binaries()
-    with tempfile.TemporaryDirectory(prefix="castslice-extender-") as workdir:
-        extender = ExtenderProcess(DRA_100.settings, Path(workdir)) if with_extender else None
-        profile = profile_for(extender.url, Path(workdir)) if extender else None
-        with (
-            LocalControlPlane(binaries, scheduler_config=profile) as plane,
-            CastSliceServer(nginx, DRA_100.settings) as server,
-        ):
-            api = plane.api_client()
-            register_and_wait(api, server)
-            create_namespace(api, NAMESPACE)
-            create_cluster_nodes(api, DRA_100, nodes, [100] * len(nodes))
-            apply_claim_templates(api, DRA_100, [WHOLE, HALF])
-            try:
-                if extender is not None:
-                    extender.start(plane.kubeconfig)
-                yield Cluster(api, extender)
-            finally:
-                if extender is not None:
-                    extender.stop()
+def cluster(
+    nginx: Path, nodes: list[TraceNode], with_extender: bool
+) -> contextlib.AbstractContextManager[PlacingCluster]:
+    return placing_cluster(
+        nginx, DRA_100, nodes, [100] * len(nodes), _claimed_milli, with_extender, [WHOLE, HALF]
+    )
 
 
 def _nodes(count: int, gpus: int) -> list[TraceNode]:
