@@ -221,10 +221,11 @@ def mig_device_class() -> Manifest:
     return manifest
 
 
-@pytest.mark.kubernetes("1.36")
-def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
-    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
-) -> None:
+def _serve_mig_dra(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any, slices: str
+) -> kubernetes.client.ResourceV1Api:
+    """CastSlice serving the mig backend's dra stack, with the driver's `mig.nvidia.com`
+    DeviceClass and the claim templates of these slice counts in the namespace."""
     start(DRA)
     # The dra backend's guard taints every device of the driver for its own claims alone;
     # MIG devices are not shared between claims and need none.
@@ -236,9 +237,17 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
         if error.status != 409:
             raise
     ensure_device_class(api)
-    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", "1,2,4")
+    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", slices)
     kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
     clear_unscheduled_pods(api, namespace)
+    return resource
+
+
+@pytest.mark.kubernetes("1.36")
+def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
+    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
+) -> None:
+    resource = _serve_mig_dra(api, kubectl_user, namespace, start, "1,2,4")
     run = uuid.uuid4().hex[:6]
     layouts = {"A100-80GB": "all-balanced", "H100-80GB": "all-1g.20gb"}
     names = {model: f"mig-dra-{model.lower()}-{run}" for model in layouts}
@@ -272,18 +281,7 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
 def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_taken(
     api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
 ) -> None:
-    start(DRA)
-    delete_taint_rule(api)
-    resource = kubernetes.client.ResourceV1Api(api)
-    try:
-        resource.create_device_class(mig_device_class())
-    except kubernetes.client.ApiException as error:
-        if error.status != 409:
-            raise
-    ensure_device_class(api)
-    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", "1")
-    kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
-    clear_unscheduled_pods(api, namespace)
+    resource = _serve_mig_dra(api, kubectl_user, namespace, start, "1")
     # One A100-80GB in mig-parted's all-balanced: two 1g.10gb, one 2g.20gb, one 3g.40gb.
     name = f"mig-dra-fallback-{uuid.uuid4().hex[:6]}"
     create_shaped_nodes(api, [shaped_node(name, {}, {})])
