@@ -158,56 +158,39 @@ def test_the_gpu_model_setting_chooses_the_profiles_plan_cuts() -> None:
     assert a30.per_backend["mig"].gets == (("1g.6gb: 1/4 of the compute, 1/4 of the memory", 4),)
 
 
-MIG_WORKLOAD = """\
+def _opted_in_deployment(name: str, replicas: int, slice_ratio: int) -> str:
+    return f"""\
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: notebooks}
+metadata: {{name: {name}}}
 spec:
-  replicas: 9
-  selector: {matchLabels: {app: nb}}
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
   template:
     metadata:
-      labels: {app: nb}
-      annotations: {castops.io/optimize: "true", castops.io/slice-ratio: "1"}
+      labels: {{app: {name}}}
+      annotations: {{castops.io/optimize: "true", castops.io/slice-ratio: "{slice_ratio}"}}
     spec:
       containers:
-        - {name: app, image: registry.invalid/app:1, resources: {limits: {nvidia.com/gpu: 1}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: inference}
-spec:
-  replicas: 5
-  selector: {matchLabels: {app: inf}}
-  template:
-    metadata:
-      labels: {app: inf}
-      annotations: {castops.io/optimize: "true", castops.io/slice-ratio: "4"}
-    spec:
-      containers:
-        - {name: app, image: registry.invalid/app:1, resources: {limits: {nvidia.com/gpu: 1}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: tuning}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: tune}}
-  template:
-    metadata:
-      labels: {app: tune}
-      annotations: {castops.io/optimize: "true", castops.io/slice-ratio: "3"}
-    spec:
-      containers:
-        - {name: app, image: registry.invalid/app:1, resources: {limits: {nvidia.com/gpu: 1}}}
----
+        - {{name: app, image: registry.invalid/app:1, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+"""
+
+
+MIG_WORKLOAD = "---\n".join(
+    [
+        _opted_in_deployment("notebooks", 9, 1),
+        _opted_in_deployment("inference", 5, 4),
+        _opted_in_deployment("tuning", 3, 3),
+        """\
 apiVersion: v1
 kind: Pod
 metadata: {name: trainer}
 spec:
   containers:
     - {name: app, image: registry.invalid/app:1, resources: {limits: {nvidia.com/gpu: 2}}}
-"""
+""",
+    ]
+)
 
 
 @pytest.mark.parametrize(
