@@ -243,6 +243,21 @@ def _serve_mig_dra(
     return resource
 
 
+def _allocations(
+    resource: kubernetes.client.ResourceV1Api, namespace: str, pods: list[Manifest]
+) -> dict[str, Manifest]:
+    """Each Pod's one allocated device result, by Pod name."""
+    found = {}
+    for p in pods:
+        [status] = p["status"]["resourceClaimStatuses"]
+        claim = resource.read_namespaced_resource_claim(
+            status["resourceClaimName"], namespace, _preload_content=False
+        )
+        [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
+        found[p["metadata"]["name"]] = result
+    return found
+
+
 @pytest.mark.kubernetes("1.36")
 def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
     api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
@@ -258,14 +273,10 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
         manifests = [pod(name, SHARES[name]) for name in ("eighth", "quarter", "half")]
         apply(kubectl_user, namespace, manifests)
         up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
-        allocated = {}
-        for p in up:
-            [status] = p["status"]["resourceClaimStatuses"]
-            claim = resource.read_namespaced_resource_claim(
-                status["resourceClaimName"], namespace, _preload_content=False
-            )
-            [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
-            allocated[p["metadata"]["name"]] = (result["pool"], result["device"].split("-")[3])
+        allocated = {
+            name: (result["pool"], result["device"].split("-")[3])
+            for name, result in _allocations(resource, namespace, up).items()
+        }
         assert allocated == {
             "eighth": (names["A100-80GB"], "1g10gb"),
             "quarter": (names["H100-80GB"], "1g20gb"),
@@ -294,14 +305,10 @@ def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_
         settle(api, namespace, runs=2, waits=0, timeout=_TIMEOUT)
         apply(kubectl_user, namespace, [pod("eighth-2", 1)])
         up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
-        allocated = {}
-        for p in up:
-            [status] = p["status"]["resourceClaimStatuses"]
-            claim = resource.read_namespaced_resource_claim(
-                status["resourceClaimName"], namespace, _preload_content=False
-            )
-            [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
-            allocated[p["metadata"]["name"]] = (result["request"], result["device"].split("-")[3])
+        allocated = {
+            name: (result["request"], result["device"].split("-")[3])
+            for name, result in _allocations(resource, namespace, up).items()
+        }
         assert allocated == {
             "eighth-0": ("gpu/1g-10gb", "1g10gb"),
             "eighth-1": ("gpu/1g-10gb", "1g10gb"),
