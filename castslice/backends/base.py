@@ -249,6 +249,8 @@ class Backend:
     # (sharing node pools, each node's use known as a count of clients), or None: it
     # cannot score them.
     extender_gpus: ClassVar[str | None] = None
+    # What `guaranteed` says of a share that is neither an instance nor whole GPUs.
+    no_guarantee: ClassVar[str] = "no compute or memory guaranteed"
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -352,7 +354,7 @@ class Backend:
             return placement.instance
         if placement.gpus.denominator == 1:
             return "whole GPUs"
-        return "no compute or memory guaranteed"
+        return self.no_guarantee
 
     def node_checks(self) -> Sequence[NodeCheck] | None:
         """The doctor's checks of the nodes for this backend, or None for the checks that fit
@@ -459,6 +461,7 @@ class SharingPoolBackend(Backend):
     """
 
     extender_gpus = POOLS
+    no_guarantee = "no compute or memory guaranteed (time-slicing)"
 
     def instance_intro(self, placement: Placement) -> str:
         return "the Pod is an"
@@ -508,12 +511,6 @@ class SharingPoolBackend(Backend):
 
     def whole(self, gpus: int) -> Placement:
         raise NotImplementedError
-
-    def guaranteed(self, slices: int) -> str:
-        degree = sharing_degree(self.config, slices)
-        if degree is None:
-            return "whole GPUs"
-        return self.mps_client(degree) or "no compute or memory guaranteed (time-slicing)"
 
     def sharing_pools(self) -> Mapping[int, Placement]:
         # s = S // d reaches every degree d the backend can ever choose (d <= S).
