@@ -83,9 +83,17 @@ def node(api: kubernetes.client.ApiClient) -> Iterator[str]:
 
 
 @pytest.fixture
-def release_namespace(kubectl_user: Kubectl) -> Iterator[str]:
+def release_namespace(
+    helm: Path, kubectl_user: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A namespace for the release, and the release gone after the test whatever its end:
+    a failed test must not leave its webhook registered for the tests after it."""
     name = f"chart-{uuid.uuid4().hex[:8]}"
     yield name
+    helm_user(
+        helm, kubectl_user, tmp_path_factory.mktemp("uninstall"),
+        "uninstall", RELEASE, "-n", name, "--ignore-not-found", "--wait",
+    )  # fmt: skip
     kubectl_user.run("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
 

@@ -366,7 +366,7 @@ def run_exporter(
     )  # fmt: skip
     try:
         samples = wait_until(
-            lambda: scrape(port), timeout=30, what="the exporter to answer", interval=0.2
+            lambda: scrape(port), timeout=90, what="the exporter to answer", interval=0.2
         )
     finally:
         exporter.terminate()
