@@ -61,7 +61,7 @@ _CREATORS = 12
 # The controller-manager makes each Pod's ResourceClaim and the scheduler binds it; at their
 # default rates (20 and 50 requests a second) ten thousand Pods take a quarter of an hour.
 _CLIENT_QPS = 300
-_SETTLE_TIMEOUT = 900.0
+_SETTLE_TIMEOUT = 1800.0
 _READY_TIMEOUT = 600.0
 
 
