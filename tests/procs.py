@@ -140,6 +140,16 @@ class ManagedProcess:
             raise HarnessError(f"{self.name} was never started")
         return self._process.pid
 
+    def usage(self) -> tuple[float, int]:
+        """CPU seconds the process has used, and its peak resident memory in bytes."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        peak = 0
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+        return cpu, peak
+
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

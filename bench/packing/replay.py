@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes.client
+from prometheus_client.parser import text_string_to_metric_families
 
 from castslice.backends import backend_for
 from castslice.backends.base import Backend
@@ -107,6 +108,9 @@ class Result:
     order: str = "arrival"
     # With the extender: its prioritize calls, seconds spent in them, CPU seconds, peak RSS.
     extender: dict[str, float] = field(default_factory=dict)
+    # kube-scheduler's own: CPU seconds, peak RSS, and its attempts that scheduled a Pod
+    # (how many, mean and 99th-percentile seconds), extender calls included.
+    scheduler: dict[str, float] = field(default_factory=dict)
 
 
 def slice_ratio(config: Config, task: TraceTask) -> int:
@@ -368,6 +372,11 @@ def replay(
             extender.start(plane.kubeconfig)
         _replay(configuration, nodes, tasks, plane, server, pools, labels, by_name, result,
                 started, log)  # fmt: skip
+        result.scheduler = scheduler_cost(plane)
+        log(f"  kube-scheduler: {result.scheduler['attempts']:.0f} Pods scheduled, "
+            f"mean {result.scheduler['attempt_mean'] * 1000:.1f} ms, "
+            f"p99 {result.scheduler['attempt_p99'] * 1000:.0f} ms, "
+            f"{result.scheduler['cpu_seconds']:.1f} s CPU")  # fmt: skip
         if extender is not None:
             account = extender.state()
             cpu, peak = extender.usage()
@@ -379,6 +388,33 @@ def replay(
                 f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB")  # fmt: skip
     result.seconds = time.monotonic() - started
     return result
+
+
+def scheduler_cost(plane: LocalControlPlane) -> dict[str, float]:
+    """kube-scheduler's CPU, peak memory and the attempts that scheduled a Pod so far, from
+    its /proc entry and its scheduler_scheduling_attempt_duration_seconds histogram."""
+    assert plane.scheduler is not None
+    cpu, peak = plane.scheduler.usage()
+    buckets: dict[float, float] = {}
+    count = total = 0.0
+    for family in text_string_to_metric_families(plane.scheduler_metrics()):
+        if family.name != "scheduler_scheduling_attempt_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("result") != "scheduled":
+                continue
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
+            elif sample.name.endswith("_count"):
+                count += sample.value
+            elif sample.name.endswith("_sum"):
+                total += sample.value
+    p99 = next((bound for bound in sorted(buckets) if buckets[bound] >= 0.99 * count), 0.0)
+    return {
+        "cpu_seconds": cpu, "peak_rss": peak, "attempts": count,
+        "attempt_mean": total / count if count else 0.0, "attempt_p99": p99,
+    }  # fmt: skip
 
 
 def _replay(

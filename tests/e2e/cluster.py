@@ -84,6 +84,8 @@ class LocalControlPlane:
             "kwok-controller", organizations=("system:masters",), client=True
         )
         self._processes: list[ManagedProcess] = []
+        self.scheduler: ManagedProcess | None = None
+        self.scheduler_url = ""
 
     @property
     def server_url(self) -> str:
@@ -263,6 +265,14 @@ class LocalControlPlane:
             connection = [f"--config={self._scheduler_config_file(kubeconfig)}"]
         return self._scheduler_process("kube-scheduler", connection, self.workdir / "scheduler")
 
+    def scheduler_metrics(self) -> str:
+        """kube-scheduler's /metrics text (its self-signed certificate is not checked)."""
+        with urllib.request.urlopen(
+            f"{self.scheduler_url}/metrics", context=_unverified(), timeout=30
+        ) as answer:
+            text: str = answer.read().decode()
+        return text
+
     def add_scheduler(
         self, name: str, user: str, groups: tuple[str, ...], config: dict[str, Any]
     ) -> ManagedProcess:
@@ -297,13 +307,16 @@ class LocalControlPlane:
                 f"--secure-port={port}",
                 # Its self-signed serving certificate, instead of /var/run/kubernetes.
                 f"--cert-dir={cert_dir}",
+                # Bound to loopback: the benchmarks read its scheduling latencies.
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             ],
         )
+        if name == "kube-scheduler":
+            self.scheduler = scheduler
+            self.scheduler_url = f"https://127.0.0.1:{port}"
         # Ready once its informers have synced: from then on every Pending Pod is tried.
         # Health paths need no credentials, and its certificate is its own self-signed one.
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
+        insecure = _unverified()
         base = f"https://127.0.0.1:{port}"
         return lambda: wait_until(
             # Older releases have no /readyz (404): their /healthz is the best there is.
@@ -407,6 +420,14 @@ class LocalControlPlane:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def _unverified() -> ssl.SSLContext:
+    """A TLS context for a process's own self-signed serving certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -72,14 +72,7 @@ class ExtenderProcess:
     def usage(self) -> tuple[float, int]:
         """CPU seconds the process has used, and its peak resident memory in bytes."""
         assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        cpu = (int(fields[11]) + int(fields[12])) / ticks
-        peak = 0
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) * 1024
-        return cpu, peak
+        return self.process.usage()
 
     def stop(self) -> None:
         if self.process is not None:
