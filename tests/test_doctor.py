@@ -7,6 +7,7 @@ is proven in tests/e2e/test_doctor.py; here every verdict and message.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import re
 import subprocess
@@ -28,6 +29,7 @@ from castslice.contract.findings import (
 from castslice.environment import load_config
 from castslice.inspect.checks import capacity, dry_run, endpoint, fail_open, pending, quotas
 from castslice.inspect.checks import registered_webhook as reg
+from castslice.inspect.checks import scheduler as scheduler_check
 from castslice.settings.config import Config
 from tests.factories import run_castslice, unreachable_kubeconfig
 
@@ -650,3 +652,56 @@ def test_docs_operate_explains_every_status_a_line_can_start_with() -> None:
         assert symbols == {SYMBOLS[status], ASCII_SYMBOLS[status]}, status
         failing = not Result("check", status, "message").ok
         assert fails == ("yes" if failing else "no"), status
+
+
+# --- the second scheduler -----------------------------------------------------------------
+
+SCHEDULER = "castslice-scheduler"
+NOW = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
+
+
+def waiting_pod(name: str, age_seconds: int, **status: Any) -> Manifest:
+    """A Pending Pod for the second scheduler, as the API server returns it."""
+    created = NOW - datetime.timedelta(seconds=age_seconds)
+    return {
+        "metadata": {
+            "name": name, "namespace": "team",
+            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": {"schedulerName": SCHEDULER, "containers": [{"name": "c"}]},
+        "status": {"phase": "Pending", **status},
+    }  # fmt: skip
+
+
+def test_pods_no_scheduler_ever_tried_name_the_missing_scheduler() -> None:
+    pods = [waiting_pod(f"p{i}", 61 + i) for i in range(7)]
+
+    result = scheduler_check.assess(SCHEDULER, pods, NOW)
+
+    assert result.status is Status.FAILED
+    assert result.message == (
+        "7 Pods for the scheduler castslice-scheduler Pending over 60 s and never tried: "
+        "no scheduler of that name is running: team/p0, team/p1, team/p2, team/p3, team/p4 "
+        "and 2 more"
+    )
+    assert "extender.scheduler.enabled" in result.fix
+    assert "unset CASTSLICE_SCHEDULER_NAME" in result.fix
+
+
+def test_pods_the_scheduler_tried_or_bound_or_just_created_are_not_blamed_on_it() -> None:
+    unschedulable = {
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    }
+    bound = waiting_pod("bound", 600)
+    bound["spec"]["nodeName"] = "gpu-1"
+    pods = [
+        waiting_pod("tried", 600, **unschedulable),
+        bound,
+        waiting_pod("new", 59),
+    ]
+
+    result = scheduler_check.assess(SCHEDULER, pods, NOW)
+
+    assert result.status is Status.OK
+    assert result.message == "no Pod waits untried for the scheduler castslice-scheduler"
+    assert scheduler_check.assess(SCHEDULER, [waiting_pod("old", 60)], NOW).status is Status.FAILED

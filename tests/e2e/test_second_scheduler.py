@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -316,6 +317,53 @@ def test_without_the_taint_rule_the_default_scheduler_allocates_the_second_sched
         ("dev", node, "gpu-0"),
         ("plain", node, "gpu-0"),
     ]
+
+
+def scheduler_check(control_plane: LocalControlPlane, name: str) -> dict[str, Any]:
+    """What `castslice doctor` says of the scheduler `name` (CASTSLICE_SCHEDULER_NAME)."""
+    settings = {**SETTINGS, "CASTSLICE_SCHEDULER_NAME": name}
+    done = run_castslice(
+        settings, "doctor", "--kubeconfig", str(control_plane.kubeconfig), "-o", "json"
+    )
+    (check,) = [c for c in json.loads(done.stdout)["checks"] if c["check"] == "scheduler"]
+    return check
+
+
+def test_doctor_names_the_pods_of_a_scheduler_nobody_runs(
+    api: kubernetes.client.ApiClient,
+    control_plane: LocalControlPlane,
+    namespace: str,
+    second_scheduler: None,
+) -> None:
+    """A Pod for a scheduler name no scheduler answers to is never tried: after a minute
+    doctor names it. A Pod the running second scheduler tried and could not place is not
+    blamed on it."""
+    core = kubernetes.client.CoreV1Api(api)
+    created = time.monotonic()
+    for pod_name, scheduler in (("orphan", "castslice-nobody"), ("tried", SECOND)):
+        pod = gpu_pod(pod_name, None)
+        pod["spec"]["schedulerName"] = scheduler
+        # Nowhere to go, whatever nodes other tests left: tried, and left waiting.
+        pod["spec"]["nodeSelector"] = {"castslice.castops.io/e2e-nowhere": "true"}
+        core.create_namespaced_pod(namespace, pod)
+    wait_until(
+        lambda: unschedulable(_read(api, namespace, "tried")), timeout=60, what="tried to be tried"
+    )
+    assert scheduler_check(control_plane, "castslice-nobody")["status"] == "ok"
+    time.sleep(max(0.0, 62 - (time.monotonic() - created)))
+
+    orphaned = scheduler_check(control_plane, "castslice-nobody")
+    running_one = scheduler_check(control_plane, SECOND)
+
+    assert orphaned["status"] == "failed"
+    assert orphaned["message"].startswith(
+        "1 Pod for the scheduler castslice-nobody Pending over 60 s and never tried"
+    )
+    assert orphaned["message"].endswith(f": {namespace}/orphan")
+    assert running_one == {
+        "check": "scheduler", "ok": True, "status": "ok",
+        "message": f"no Pod waits untried for the scheduler {SECOND}", "fix": "",
+    }  # fmt: skip
 
 
 def _read(api: kubernetes.client.ApiClient, namespace: str, name: str) -> Manifest:

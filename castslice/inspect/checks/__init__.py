@@ -24,6 +24,7 @@ from castslice.inspect.checks import (
     pending,
     quotas,
     registered_webhook,
+    scheduler,
 )
 from castslice.settings.config import Config
 
@@ -69,6 +70,11 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         (endpoint.CHECK, "", lambda: cause(endpoint.check_endpoint(cluster, live, webhook_names))),
         (dry_run.CHECK, "", lambda: cause(dry_run.check_dry_run(cluster, config, namespace))),
         *node_checks,
+        *(
+            [(scheduler.CHECK, "list pods", lambda: scheduler.check_scheduler(cluster, config))]
+            if config.scheduler_name
+            else []
+        ),
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),
     )
     for check, rights, run in checks:
