@@ -469,12 +469,12 @@ def test_the_report_exporter_installs_and_reads_the_cluster_with_its_own_rights_
     samples, stdout, stderr = run_exporter(argv, settings, port)
     assert "Traceback" not in stderr and "cannot read" not in stderr, stderr
     assert stdout.startswith("castslice report: serving the saving as Prometheus metrics on ")
-    assert samples[("castslice_report_up", None)] == 1
+    assert samples[("castslice_report_up", None)] == 1, stderr
     # No Pod is rewritten here: the cluster's figures, and no namespace's.
     assert {name for name, _ in samples} == {
         name for name in metric_names() if name == UP or name.startswith(CLUSTER_PREFIX)
-    }
-    assert samples[("castslice_cluster_gpus_saved", None)] == 0
+    }, samples
+    assert samples[("castslice_cluster_gpus_saved", None)] == 0, samples
 
     account = f"system:serviceaccount:{namespace}:{exporter}"
     for verb, resource, allowed in (

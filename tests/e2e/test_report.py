@@ -29,7 +29,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..procs import free_port, wait_until
+from ..procs import HarnessError, free_port, wait_until
 from .castslice_server import StartServer
 from .cluster import LocalControlPlane
 from .dra import dra_nodes
@@ -364,13 +364,20 @@ def run_exporter(
         argv, cwd=REPO_ROOT, env={**environ, **settings},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+    def answered() -> dict[tuple[str, str | None], float] | None:
+        if exporter.poll() is not None:
+            raise HarnessError(f"the exporter exited with status {exporter.returncode}")
+        return scrape(port)
+
+    samples = None
     try:
-        samples = wait_until(
-            lambda: scrape(port), timeout=90, what="the exporter to answer", interval=0.2
-        )
+        samples = wait_until(answered, timeout=90, what="the exporter to answer", interval=0.2)
     finally:
         exporter.terminate()
         stdout, stderr = exporter.communicate(timeout=30)
+        # What it said is what tells a slow start from a crash or a refused read.
+        assert samples is not None, f"the exporter never answered; it printed:\n{stdout}{stderr}"
     return samples, stdout, stderr
 
 
