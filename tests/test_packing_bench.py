@@ -176,3 +176,25 @@ def test_the_docs_show_the_recorded_replays() -> None:
     assert doc.split(report.BEGIN, 1)[1].split(report.END, 1)[0] == f"\n{text}\n"
     for name, svg in images.items():
         assert (report.IMAGES / name).read_text() == svg, name
+
+
+def test_the_cost_table_shows_what_each_replay_measured_of_scheduling() -> None:
+    curve = [[1.3, 0.9, 0, 0]]
+    base = {"profile": "default", "seed": 42, "every": 1, "curve": curve}
+    measured = {
+        **base, "configuration": "dra-100", "profile": "fgd-extender", "order": "shuffled",
+        "scheduler": {"attempts": 8000, "attempt_mean": 0.25, "attempt_p99": 1.024,
+                      "cpu_seconds": 1800.4, "peak_rss": 400 * 2**20},
+        "extender": {"calls": 7000, "seconds": 14.0, "cpu_seconds": 300.0,
+                     "peak_rss": 120 * 2**20},
+    }  # fmt: skip
+    unmeasured = {**base, "configuration": "no sharing"}
+
+    lines = report.cost_table([measured, unmeasured], 1)
+
+    assert lines[-2] == (
+        "| dra-100 | fgd-extender | shuffled | 42 | 8000 | 250 ms | 1024 ms | 1800 s | 400 MiB "
+        "| 7000 | 2.0 ms | 300 s | 120 MiB |"
+    )
+    assert not any("no sharing" in line for line in lines)
+    assert report.cost_table([unmeasured], 1) == []

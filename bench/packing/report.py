@@ -227,6 +227,46 @@ def paper_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
     return [*lines, ""]
 
 
+def cost_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
+    """What scheduling cost in the replays that measured it: kube-scheduler's attempts that
+    placed a Pod and its CPU, beside the extender's calls, time in them, CPU and memory."""
+    rows = []
+    for record in records:
+        scheduler, extender = record.get("scheduler") or {}, record.get("extender") or {}
+        if record["every"] != every or not (scheduler or extender):
+            continue
+        calls = extender.get("calls") or 0
+        rows.append(
+            f"| {record['configuration']} | {record['profile']} | {order(record)} "
+            f"| {record['seed']} "
+            + (
+                f"| {scheduler['attempts']:.0f} | {scheduler['attempt_mean'] * 1000:.0f} ms "
+                f"| {scheduler['attempt_p99'] * 1000:.0f} ms | {scheduler['cpu_seconds']:.0f} s "
+                f"| {scheduler['peak_rss'] / 2**20:.0f} MiB "
+                if scheduler
+                else "| | | | | "
+            )
+            + (
+                f"| {calls} | {extender['seconds'] / calls * 1000:.1f} ms "
+                f"| {extender['cpu_seconds']:.0f} s | {extender['peak_rss'] / 2**20:.0f} MiB |"
+                if calls
+                else "| | | | |"
+            )
+        )
+    if not rows:
+        return []
+    return [
+        "What scheduling cost (blank: not recorded by that replay):",
+        "",
+        "| configuration | profile | order | seed | Pods scheduled | attempt, mean | attempt, "
+        "p99 | scheduler CPU | scheduler peak RSS | extender calls | per call | extender CPU "
+        "| extender peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")
 
@@ -243,6 +283,8 @@ def section(records: Sequence[dict[str, Any]]) -> tuple[str, dict[str, str]]:
         ) + f": {first['nodes']} nodes, {first['gpus']} GPUs"
         lines += ["", f"#### {scope[0].upper()}{scope[1:]}", "", *table(records, every), ""]
         lines += paper_table(records, every)
+        if every == 1:
+            lines += cost_table(records, every)
         for profile in sorted({record["profile"] for record in sample}):
             name = f"packing-{_slug(profile)}-every-{every}.svg"
             images[name] = plot(records, every, profile)
