@@ -60,10 +60,7 @@ def serve_crds(kubectl_user: Kubectl, load: Callable[[], list[dict[str, Any]]]) 
         missing(MissingTool(str(error)))
     for crd in crds:
         kubectl_user.run("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
-    kubectl_user.run(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        *(f"crd/{crd['metadata']['name']}" for crd in crds),
-    )  # fmt: skip
+    kubectl_user.wait_established(*(f"crd/{crd['metadata']['name']}" for crd in crds))
 
 
 @pytest.fixture(scope="module")

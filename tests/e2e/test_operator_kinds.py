@@ -165,9 +165,7 @@ def crds(kubectl_user: Kubectl) -> None:
     paths = [str(upstream[name]) for name in names]
     # Server-side: several exceed the annotation a client-side apply would write.
     kubectl_user.run("apply", "--server-side", *(f"--filename={path}" for path in paths))
-    kubectl_user.run(
-        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{name}" for name in names)
-    )
+    kubectl_user.wait_established(*(f"crd/{name}" for name in names))
 
 
 def crd_name(entry: WorkloadKind) -> str:

@@ -22,7 +22,7 @@ from ..kubectl import Kubectl
 
 BUILD_SCRIPT = Path(__file__).parent / "build.sh"
 UPSTREAM_CRDS = Path(__file__).parent / "crds"
-_CRD_TIMEOUT = "60s"
+_CRD_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,7 @@ def build(name: str) -> OperatorBuild:
 def install_crds(kubectl: Kubectl, operator: OperatorBuild) -> None:
     """The module's CRDs, applied server-side (they exceed the client-side annotation limit)."""
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(operator.crds))
-    kubectl.run(
-        "wait", "--for=condition=Established", f"--timeout={_CRD_TIMEOUT}", "-f", str(operator.crds)
-    )
+    kubectl.wait_established("-f", str(operator.crds), timeout=_CRD_TIMEOUT)
 
 
 def upstream_crds() -> dict[str, Path]:
