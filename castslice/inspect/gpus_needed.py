@@ -167,13 +167,8 @@ class Plan:
     def extender_advice(self) -> tuple[bool, str]:
         """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
         share = self.shared_demand / self.demand if self.demand else Fraction(0)
-        if not self.recommended_claims_devices:
-            if BACKENDS[self.backend].extender_gpus == POOLS:
-                return False, (
-                    "the recommended backend shares GPUs by node pools, whose clients are all "
-                    "one size: no leftovers of a GPU for the scheduler extender to avoid (it "
-                    "scores such pools, for CPU and memory left stranded, unmeasured)"
-                )
+        pools = BACKENDS[self.backend].extender_gpus == POOLS
+        if not (self.recommended_claims_devices or pools):
             return False, (
                 "the scheduler extender scores GPUs shared as DRA devices or by node pools; "
                 "the recommended backend's GPUs are neither"
@@ -183,10 +178,17 @@ class Plan:
                 f"only {float(share):.0%} of the GPU demand comes in shares of a GPU: few "
                 "fragments for the scheduler extender to avoid"
             )
+        # A pool's clients are all one size: what strands there is CPU, memory and GPUs
+        # a many-GPU Pod would need, not pieces of a GPU.
+        stranded = (
+            "the nodes' CPU, memory and whole GPUs strand later Pods"
+            if pools and not self.recommended_claims_devices
+            else "whose leftovers strand later Pods"
+        )
         return True, (
-            f"{float(share):.0%} of the GPU demand comes in shares of a GPU, whose leftovers "
-            "strand later Pods: the fragmentation-aware scheduler extender (castslice "
-            "extender, infra/scheduler/fgd-extender.yaml) places more of it "
+            f"{float(share):.0%} of the GPU demand comes in shares of a GPU, {stranded}: the "
+            "fragmentation-aware scheduler extender (castslice extender, "
+            "infra/scheduler/fgd-extender.yaml) places more of it "
             "(docs/performance.md#the-scheduler-extender)"
         )
 
