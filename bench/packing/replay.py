@@ -109,7 +109,8 @@ class Result:
     # With the extender: its prioritize calls, seconds spent in them, CPU seconds, peak RSS.
     extender: dict[str, float] = field(default_factory=dict)
     # kube-scheduler's own: CPU seconds, peak RSS, and its attempts that scheduled a Pod
-    # (how many, mean and 99th-percentile seconds), extender calls included.
+    # (how many, mean seconds, and the histogram bucket bound that holds 99 % of them),
+    # extender calls included.
     scheduler: dict[str, float] = field(default_factory=dict)
 
 

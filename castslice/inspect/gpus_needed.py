@@ -167,7 +167,9 @@ class Plan:
     def extender_advice(self) -> tuple[bool, str]:
         """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
         share = self.shared_demand / self.demand if self.demand else Fraction(0)
-        pools = BACKENDS[self.backend].extender_gpus == POOLS
+        pools = (
+            not self.recommended_claims_devices and BACKENDS[self.backend].extender_gpus == POOLS
+        )
         if not (self.recommended_claims_devices or pools):
             return False, (
                 "the scheduler extender scores GPUs shared as DRA devices or by node pools; "
@@ -182,7 +184,7 @@ class Plan:
         # a many-GPU Pod would need, not pieces of a GPU.
         stranded = (
             "the nodes' CPU, memory and whole GPUs strand later Pods"
-            if pools and not self.recommended_claims_devices
+            if pools
             else "whose leftovers strand later Pods"
         )
         return True, (
