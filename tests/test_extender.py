@@ -29,6 +29,7 @@ from castslice.extender.fragmentation import (
     fragmentation,
     packing_key,
     quadrant,
+    tie_broken,
     typical_pods,
 )
 from castslice.extender.server import Extender, handler_for
@@ -307,6 +308,30 @@ def _post(url: str, body: bytes) -> tuple[int, object]:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def test_ties_go_to_the_lowest_node_name_and_never_outweigh_the_score() -> None:
+    scored = tie_broken([("node-b", 7), ("node-c", 7), ("node-a", 7), ("node-z", 8), ("gone", 0)])
+    ranked = [name for name, _ in sorted(scored, key=lambda item: -item[1])]
+    # The higher score first, whatever its name; then the tie in name order; no opinion last.
+    assert ranked == ["node-z", "node-a", "node-b", "node-c", "gone"]
+    assert dict(scored)["gone"] == 0
+
+
+def test_prioritize_sends_a_pod_to_the_lowest_named_of_identical_nodes() -> None:
+    view = _view()
+    view.replace("nodes", [_node("empty"), _node("half"), _node("empty-2"), _node("empty-1")])
+    view.replace(
+        "resourceslices", [_slice(name, 2) for name in ("empty", "half", "empty-2", "empty-1")]
+    )
+    extender = Extender(view, ready=lambda: True)
+    # With `half` out (as if its filter failed), three identical empty nodes remain.
+    args = {"Pod": _pod("newcomer", "new"), "NodeNames": ["empty-2", "empty", "empty-1"]}
+    status, body = extender.prioritize(json.dumps(args).encode())
+    assert status == 200
+    answer = {item["Host"]: item["Score"] for item in json.loads(body)}
+    assert max(answer, key=answer.__getitem__) == "empty"
+    assert answer["empty"] > answer["empty-1"] > answer["empty-2"]
 
 
 def test_prioritize_answers_a_host_priority_list_for_the_node_names(served) -> None:

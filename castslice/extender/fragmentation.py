@@ -289,6 +289,25 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
+# The name order's scale: a node's score is its extender score times this, plus its place
+# among the scored nodes in reverse name order (clusters of more nodes than this share the
+# last place).
+NAME_RANGE = 10_000
+
+
+def tie_broken(scored: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Each node's score x NAME_RANGE plus its place in reverse name order: of the nodes
+    the score ties, kube-scheduler then takes the lowest name, as the FGD artefact's
+    `selectHost` does ("for reproducibility, choose the smallest lexicographical order"),
+    rather than one at random; so identical nodes fill one at a time instead of evenly.
+    A score of 0 (no opinion, or a node the view does not know) stays 0."""
+    places = {name: place for place, name in enumerate(sorted(name for name, _ in scored))}
+    return [
+        (name, score * NAME_RANGE + max(0, NAME_RANGE - 1 - places[name]) if score else 0)
+        for name, score in scored
+    ]
+
+
 def extender_score(
     node: NodeFree, pod: PodShape, typical: TypicalPods, measure: Fragmentation | None = None
 ) -> int:
