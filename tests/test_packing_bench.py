@@ -10,8 +10,17 @@ import pytest
 
 from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
+from bench.packing.offline import place_all
 from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
-from bench.packing.trace import ARRIVAL, read_nodes, read_tasks, sample_nodes, workload
+from bench.packing.trace import (
+    ARRIVAL,
+    TraceNode,
+    TraceTask,
+    read_nodes,
+    read_tasks,
+    sample_nodes,
+    workload,
+)
 from castslice.environment import load_config
 from castslice.inspect.gpus_needed import environment_of, estimate
 
@@ -198,3 +207,19 @@ def test_the_cost_table_shows_what_each_replay_measured_of_scheduling() -> None:
     )
     assert not any("no sharing" in line for line in lines)
     assert report.cost_table([unmeasured], 1) == []
+
+
+def test_offline_placement_packs_shares_and_takes_the_lowest_name_of_identical_nodes() -> None:
+    # Listed out of name order, so the first node listed is not the lowest name.
+    nodes = [TraceNode(f"node-{letter}", 8000, 32768, 1, "T4") for letter in "cab"]
+    half, whole = (
+        TraceTask("half", 1000, 1024, 1, 500, ()),
+        TraceTask("whole", 1000, 1024, 1, 1000, ()),
+    )
+    late = TraceTask("late", 1000, 1024, 1, 600, ())
+    placed = place_all(nodes, [half, half, whole, whole, late], "name", seed=1)
+    # The halves share one GPU (so both whole GPUs fit), on the lowest name; the last fits nowhere.
+    assert placed.nodes[:2] == ("node-a", "node-a")
+    assert sorted(placed.nodes[2:4]) == ["node-b", "node-c"]
+    assert placed.nodes[4] == ""
+    assert (placed.at_100, placed.at_130) == (1.0, 1.0)

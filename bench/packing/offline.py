@@ -1,0 +1,150 @@
+"""`python -m bench.packing.offline`: the extender's placements on the whole trace, in
+process, for as many seeds as wanted.
+
+No cluster: each task in turn (the replay's workload and order) arrives as a Pod with its
+ResourceClaim (`dra` at S shares per GPU), the extender's own view scores the nodes as it
+answers kube-scheduler, and the Pod is bound on the best-scored node it fits, as the
+scheduler's filters and the DRA allocator's first fit would place it (`extender_cost.bind`),
+before the next one arrives. Ties are broken as the extender breaks them (`tie_broken`: the
+lowest node name) or, with `--ties random`, at random among the best nodes, as
+kube-scheduler breaks ties between equal totals. Left out, and so what a live replay adds:
+the scheduler's queue and retries, and the watch's lag. A seed takes about a minute where a
+live replay takes 60 to 90, so this gives the ten seeds a live replay cannot; the live
+replay of one seed checks it (docs/performance.md).
+
+    python -m bench.packing.offline --seeds 42,43,44 --ties name,random
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from castslice.extender.cluster_view import ClusterView
+from castslice.extender.fragmentation import tie_broken
+
+from .extender_cost import (
+    CAPACITY,
+    bind,
+    claim_manifest,
+    node_manifest,
+    pod_manifest,
+    slice_manifest,
+)
+from .trace import ORDERS, TraceNode, TraceTask, read_nodes, read_tasks, sample_nodes, workload
+
+TIES = ("name", "random")
+
+
+@dataclass(frozen=True)
+class Placed:
+    """GPUs placed over the cluster's, once the arrived demand reached 100 % and at the end
+    (130 %), and the node each task went to ("": Pending)."""
+
+    seed: int
+    ties: str
+    at_100: float
+    at_130: float
+    nodes: tuple[str, ...] = ()
+
+
+def place_all(
+    nodes: Sequence[TraceNode], tasks: Sequence[TraceTask], ties: str, seed: int, shares: int = 100
+) -> Placed:
+    """Each task arrives, is scored and is bound (or left Pending) before the next."""
+    if ties not in TIES:
+        raise ValueError(f"ties {ties!r}: one of {', '.join(TIES)}")
+    gpus = sum(node.gpus for node in nodes)
+    view = ClusterView(CAPACITY, shares)
+    view.replace("nodes", [node_manifest(node) for node in nodes])
+    view.replace("resourceslices", [slice_manifest(node, shares) for node in nodes if node.gpus])
+    names = [node.name for node in nodes]
+    draw = random.Random(seed)
+    arrived, placed = Fraction(0), Fraction(0)
+    at_100: Fraction | None = None
+    where: list[str] = []
+    for index, task in enumerate(tasks):
+        name = f"task-{index:05d}"
+        claim = f"{name}-gpu" if task.num_gpu else None
+        if claim is not None:
+            view.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
+        pod = pod_manifest(name, task, "", claim)
+        view.apply("pods", "ADDED", pod)
+        scores = view.scores(pod, names)
+        if ties == "name":
+            scores = tie_broken(scores)
+        else:
+            # kube-scheduler's pick among equal totals, made up front: the best scores in a
+            # random order (bind takes the first that fits, by score, stably).
+            draw.shuffle(scores)
+        node = bind(view, pod, task, scores, shares)
+        where.append(node or "")
+        if node is not None:
+            placed += task.demand
+        arrived += task.demand
+        if at_100 is None and arrived >= gpus:
+            at_100 = placed
+    return Placed(seed, ties, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
+
+
+def table(results: Sequence[Placed]) -> str:
+    """A Markdown table: each seed's figures per tie rule, and their mean."""
+    rules = sorted({result.ties for result in results}, key=TIES.index)
+    by = {(result.seed, result.ties): result for result in results}
+    seeds = sorted({result.seed for result in results})
+    head = "| seed | " + " | ".join(f"{rule} ties, at 100 % | at 130 %" for rule in rules) + " |"
+    percent = "{:.2f} %".format
+    lines = [head, "|---" * (1 + 2 * len(rules)) + "|"]
+    for seed in seeds:
+        cells = [
+            f"{percent(by[seed, rule].at_100 * 100)} | {percent(by[seed, rule].at_130 * 100)}"
+            if (seed, rule) in by else "| "
+            for rule in rules
+        ]  # fmt: skip
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    means = []
+    for rule in rules:
+        chosen = [result for result in results if result.ties == rule]
+        means.append(
+            f"{percent(statistics.fmean(r.at_100 for r in chosen) * 100)} | "
+            f"{percent(statistics.fmean(r.at_130 for r in chosen) * 100)}"
+        )
+    lines.append("| mean | " + " | ".join(means) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.packing.offline", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--seeds", default="42", help="workload seeds, comma-separated")
+    parser.add_argument("--ties", default="name", help=f"tie rules: {', '.join(TIES)}")
+    parser.add_argument("--order", default="shuffled", choices=ORDERS)
+    parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
+    args = parser.parse_args(argv)
+    rules = args.ties.split(",")
+    wrong = [rule for rule in rules if rule not in TIES]
+    if wrong:
+        print(f"--ties: no {', '.join(wrong)}; one of {', '.join(TIES)}", file=sys.stderr)
+        return 2
+    nodes = sample_nodes(read_nodes(), args.every)
+    tasks = read_tasks()
+    results = []
+    for seed in map(int, args.seeds.split(",")):
+        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order)
+        for rule in rules:
+            result = place_all(nodes, arrived, rule, seed)
+            print(f"seed {seed}, {rule} ties: {result.at_100 * 100:.2f} % at 100 %, "
+                  f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
+            results.append(result)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
