@@ -103,9 +103,8 @@ def table(results: Sequence[Placed]) -> str:
     for seed in seeds:
         cells = [
             f"{percent(by[seed, rule].at_100 * 100)} | {percent(by[seed, rule].at_130 * 100)}"
-            if (seed, rule) in by else "| "
             for rule in rules
-        ]  # fmt: skip
+        ]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     means = []
     for rule in rules:
