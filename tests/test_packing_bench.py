@@ -10,7 +10,7 @@ import pytest
 
 from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
-from bench.packing.offline import place_all
+from bench.packing.offline import place_all, place_fgd
 from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
 from bench.packing.trace import (
     ARRIVAL,
@@ -71,6 +71,30 @@ def test_the_paper_s_order_shuffles_the_tasks_before_tuning_them() -> None:
     assert sorted(whole[: len(TASKS)], key=lambda task: task.name) == TASKS
     with pytest.raises(ValueError, match="order 'random'"):
         workload(TASKS, gpus, seed=42, order="random")
+
+
+def test_the_artefact_order_shuffles_every_task_then_tunes_with_its_own_draws() -> None:
+    whole = workload(TASKS, 6212, seed=42, order="artefact")
+    # Every task once, shuffled (not the file's order, nor the Python draw of that seed).
+    assert whole[: len(TASKS)] != TASKS
+    assert sorted(whole[: len(TASKS)], key=lambda task: task.name) == TASKS
+    assert whole[:200] != workload(TASKS, 6212, seed=42, order="shuffled")[:200]
+    assert whole == workload(TASKS, 6212, seed=42, order="artefact")
+    assert whole != workload(TASKS, 6212, seed=43, order="artefact")
+    # Copies appended while one GPU's share of each still fits under 130 %, as the
+    # simulator compares them: at most one copy passes it, by less than its other GPUs.
+    target = ARRIVAL * 6212
+    demand = sum((task.demand for task in whole), Fraction(0))
+    last = whole[-1]
+    assert demand - last.demand + Fraction(last.gpu_milli, 1000) <= target
+    assert demand < target + 7
+    # A smaller cluster: tasks removed at random until the demand is at most 130 % of it.
+    gpus = sum(node.gpus for node in sample_nodes(NODES, 5))
+    pruned = workload(TASKS, gpus, seed=42, order="artefact")
+    assert sum((task.demand for task in pruned), Fraction(0)) <= ARRIVAL * gpus
+    assert len(set(pruned)) == len(pruned) < len(TASKS)
+    with pytest.raises(ValueError, match="whole trace file"):
+        workload(TASKS[1:], 6212, seed=42, order="artefact")
 
 
 def test_the_paper_s_results_are_its_published_per_seed_figures() -> None:
@@ -223,3 +247,19 @@ def test_offline_placement_packs_shares_and_takes_the_lowest_name_of_identical_n
     assert sorted(placed.nodes[2:4]) == ["node-b", "node-c"]
     assert placed.nodes[4] == ""
     assert (placed.at_100, placed.at_130) == (1.0, 1.0)
+
+
+def test_fgd_itself_puts_a_share_on_the_gpu_it_scores_best_and_takes_the_lowest_name() -> None:
+    # The typical Pod asks half a GPU; two identical nodes of two GPUs, listed out of order.
+    nodes = [TraceNode(f"node-{letter}", 8000, 32768, 2, "T4") for letter in "ba"]
+    typical = TraceTask("typical", 1000, 1024, 1, 500, ())
+    small = TraceTask("small", 1000, 1024, 1, 400, ())
+    smaller = TraceTask("smaller", 1000, 1024, 1, 200, ())
+    whole = TraceTask("whole", 1000, 1024, 1, 1000, ())
+    placed = place_fgd(nodes, [small, smaller, whole], [typical], seed=1)
+    # 0.4 on node-a's first GPU; 0.2 on its second, which keeps 0.6 free on the first for
+    # a typical Pod (the first GPU that fits would leave 0.4 free there, and so prefers
+    # node-b); so no GPU of node-a is whole for the last, which goes to node-b.
+    assert placed.nodes == ("node-a", "node-a", "node-b")
+    assert placed.ties == "fgd"
+    assert placed.at_130 == 0.4

@@ -26,7 +26,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from castslice.extender.cluster_view import ClusterView
-from castslice.extender.fragmentation import tie_broken
+from castslice.extender.fragmentation import (
+    NodeFree,
+    PodShape,
+    Scorer,
+    accessible,
+    fgd_choice,
+    take,
+    tie_broken,
+    typical_pods,
+)
 
 from .extender_cost import (
     CAPACITY,
@@ -36,7 +45,16 @@ from .extender_cost import (
     pod_manifest,
     slice_manifest,
 )
-from .trace import ORDERS, TraceNode, TraceTask, read_nodes, read_tasks, sample_nodes, workload
+from .trace import (
+    MILLI,
+    ORDERS,
+    TraceNode,
+    TraceTask,
+    read_nodes,
+    read_tasks,
+    sample_nodes,
+    workload,
+)
 
 TIES = ("name", "random")
 
@@ -92,14 +110,76 @@ def place_all(
     return Placed(seed, ties, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
 
 
+def _shape(task: TraceTask, memory: bool = True) -> PodShape:
+    return PodShape(
+        task.cpu_milli,
+        task.gpu_milli if task.num_gpu else 0,
+        task.num_gpu,
+        task.gpu_spec,
+        task.memory_mib if memory else 0,
+    )
+
+
+def place_fgd(
+    nodes: Sequence[TraceNode], tasks: Sequence[TraceTask], known: Sequence[TraceTask], seed: int
+) -> Placed:
+    """FGD itself, as the paper's simulator runs it, on the same nodes and tasks: the
+    typical Pods counted once over `known` (the trace before tuning, memory not looked at),
+    every node scored (`fgd_choice`), the lowest name of the best, and for a share of one
+    GPU the GPU FGD scored, not the first that fits. The oracle the extender is measured
+    against, like for like."""
+    scorer = Scorer(typical_pods(_shape(task, memory=False) for task in known))
+    free = {
+        node.name: NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib)
+        for node in nodes
+    }
+    names = sorted(free)
+    gpus = sum(node.gpus for node in nodes)
+    # Per node, its state and the choices made on it for each shape, while it stays so.
+    remembered: dict[str, tuple[NodeFree, dict[PodShape, tuple[int, int | None]]]] = {}
+    arrived, placed = Fraction(0), Fraction(0)
+    at_100: Fraction | None = None
+    where: list[str] = []
+    for task in tasks:
+        pod = _shape(task)
+        best: tuple[int, str, int | None] | None = None
+        for name in names:
+            node = free[name]
+            if (pod.gpus and not accessible(node, pod)) or take(node, pod) is None:
+                continue
+            state, choices = remembered.get(name, (None, {}))
+            if state is not node:
+                state, choices = node, {}
+                remembered[name] = (node, choices)
+            choice = choices.get(pod)
+            if choice is None:
+                choice = choices[pod] = fgd_choice(node, pod, (), None, scorer.fragmentation)
+            if best is None or choice[0] > best[0]:
+                best = (choice[0], name, choice[1])
+        if best is not None:
+            _, name, gpu = best
+            after = take(free[name], pod, gpu)
+            assert after is not None
+            free[name] = after
+            placed += task.demand
+        where.append(best[1] if best else "")
+        arrived += task.demand
+        if at_100 is None and arrived >= gpus:
+            at_100 = placed
+    return Placed(seed, "fgd", float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
+
+
+LABELS = {"name": "extender, name ties", "random": "extender, random ties", "fgd": "FGD"}
+
+
 def table(results: Sequence[Placed]) -> str:
-    """A Markdown table: each seed's figures per tie rule, and their mean."""
-    rules = sorted({result.ties for result in results}, key=TIES.index)
+    """A Markdown table: each seed's figures per policy, and their mean."""
+    rules = sorted({result.ties for result in results}, key=list(LABELS).index)
     by = {(result.seed, result.ties): result for result in results}
     seeds = sorted({result.seed for result in results})
-    head = "| seed | " + " | ".join(f"{rule} ties, at 100 % | at 130 %" for rule in rules) + " |"
+    head = "| seed | " + " | ".join(f"{LABELS[rule]}, at 100 % | at 130 %" for rule in rules)
     percent = "{:.2f} %".format
-    lines = [head, "|---" * (1 + 2 * len(rules)) + "|"]
+    lines = [head + " |", "|---" * (1 + 2 * len(rules)) + "|"]
     for seed in seeds:
         cells = [
             f"{percent(by[seed, rule].at_100 * 100)} | {percent(by[seed, rule].at_130 * 100)}"
@@ -123,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", default="42", help="workload seeds, comma-separated")
     parser.add_argument("--ties", default="name", help=f"tie rules: {', '.join(TIES)}")
+    parser.add_argument(
+        "--fgd", action="store_true", help="FGD itself on the same workloads, beside the extender"
+    )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     args = parser.parse_args(argv)
@@ -136,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in map(int, args.seeds.split(",")):
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order)
-        for rule in rules:
-            result = place_all(nodes, arrived, rule, seed)
-            print(f"seed {seed}, {rule} ties: {result.at_100 * 100:.2f} % at 100 %, "
+        for rule in [*rules, *(["fgd"] if args.fgd else [])]:
+            if rule == "fgd":
+                result = place_fgd(nodes, arrived, tasks, seed)
+            else:
+                result = place_all(nodes, arrived, rule, seed)
+            print(f"seed {seed}, {LABELS[rule]}: {result.at_100 * 100:.2f} % at 100 %, "
                   f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
             results.append(result)
     print(table(results))

@@ -197,12 +197,14 @@ def plot(records: Sequence[dict[str, Any]], every: int, profile: str) -> str:
 
 
 def paper_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
-    """The replays in the paper's order (shuffled) beside the paper's policies: like for like."""
+    """The replays in the paper's order (shuffled, with Python's draws or the artefact's own)
+    beside the paper's policies: like for like."""
     rows = []
     for (scale, profile, name, sequence), items in groups(records).items():
-        if scale == every and sequence == "shuffled":
+        if scale == every and sequence in ("shuffled", "artefact"):
+            draws = "the artefact's draws" if sequence == "artefact" else "Python's draws"
             rows.append((
-                f"{name}, {profile} profile (this replay)",
+                f"{name}, {profile} profile (this replay, {draws})",
                 [at(record, 1.0)[0] for record in items],
                 [at(record, 1.3)[0] for record in items],
             ))  # fmt: skip

@@ -4,7 +4,7 @@ The workload follows the FGD paper's simulator (hkust-adsl/kubernetes-scheduler-
 at commit 8f3d6417353c5083c6d56617f255fadd8dc306bc, pkg/simulator/simulator.go,
 `TunePodsByNodeTotalResource`, run with `-tune 1.3` and seeds 42-51): the task list is
 pruned by removing tasks at random (or extended by appending random copies of the trace's
-tasks) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. Two orders:
+tasks) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. Three orders:
 
 - `arrival`: the trace's order, pruned or extended;
 - `shuffled`: the artefact's experiments (experiments/run_scripts/
@@ -12,14 +12,19 @@ tasks) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. T
   tasks by name and shuffles them (`rand.Shuffle`, after `rand.Seed(seed)` in
   pkg/simulator/core.go) before the tuning draws from the same generator.
 
-Its random numbers are Go's; here they are Python's `random.Random(seed)`, the same method
-with other draws.
+  Its random numbers are Go's; here they are Python's `random.Random(seed)`, the same
+  method with other draws;
+- `artefact`: the same, with the artefact's own draws: `artefact_draw/main.go` takes them
+  from Go's math/rand in the simulator's order, so a seed gives the workload the paper's
+  run of that seed was given (as far as its code shows: its per-seed results cannot be
+  rerun here to check it).
 """
 
 from __future__ import annotations
 
 import csv
 import random
+import subprocess
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -29,7 +34,8 @@ NODES_CSV = DATA / "openb_node_list_gpu_node.csv"
 TASKS_CSV = DATA / "openb_pod_list_default.csv"
 ARRIVAL = Fraction(13, 10)
 MILLI = 1000
-ORDERS = ("arrival", "shuffled")
+ORDERS = ("arrival", "shuffled", "artefact")
+ARTEFACT_DRAW = Path(__file__).parent / "artefact_draw"
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,8 @@ def workload(
     """Tasks whose GPU demand is ARRIVAL x `gpus`, as the simulator tunes them, in `order`."""
     if order not in ORDERS:
         raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)}")
+    if order == "artefact":
+        return artefact_workload(tasks, gpus, seed)
     draw = random.Random(seed)
     target = ARRIVAL * gpus
     chosen = list(tasks)
@@ -120,3 +128,22 @@ def workload(
         chosen.append(task)
         total += task.demand
     return chosen
+
+
+def artefact_workload(tasks: list[TraceTask], gpus: int, seed: int) -> list[TraceTask]:
+    """The workload the artefact draws for `seed` from Go's math/rand (`artefact_draw`),
+    over the trace file `tasks` were read from: needs `go`."""
+    by_name = {task.name: task for task in tasks}
+    if len(by_name) != len(tasks) or tasks != read_tasks():
+        raise ValueError("the artefact order draws from the whole trace file, in its order")
+    ratio = f"{float(ARRIVAL):g}"
+    try:
+        drawn = subprocess.run(
+            ["go", "run", ".", str(TASKS_CSV), str(seed), str(gpus), ratio],
+            cwd=ARTEFACT_DRAW, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    except FileNotFoundError as error:
+        raise RuntimeError("the artefact order needs Go (`go` on the PATH)") from error
+    except subprocess.CalledProcessError as error:
+        raise RuntimeError(f"artefact_draw failed: {error.stderr.strip()}") from error
+    return [by_name[name] for name in drawn.stdout.split()]

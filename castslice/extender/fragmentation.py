@@ -201,6 +201,42 @@ def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | No
 Fragmentation = Callable[[NodeFree], float]
 
 
+def fgd_choice(
+    node: NodeFree,
+    pod: PodShape,
+    typical: TypicalPods,
+    gpu: int | None = None,
+    measure: Fragmentation | None = None,
+) -> tuple[int, int | None]:
+    """`calculateGpuShareFragExtendScore`: the score, 0 to 100, higher where placing the Pod
+    adds least fragmentation (or removes most), and for a share of one GPU the GPU scored.
+
+    A Pod asking for nothing scores 100 everywhere. For a share of one GPU the artefact
+    tries each GPU that fits and keeps the first of the best (the GPU its Reserve then
+    allocates); `gpu` scores the one given instead.
+    `measure`: `fragmentation` over `typical`, remembered by the caller.
+    """
+    if pod.asks_nothing:
+        return MAX_NODE_SCORE, None
+    if measure is None:
+        measure = functools.partial(_fragmentation_of, typical)
+    before = measure(node)
+    if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI and gpu is None:
+        best, chosen = 0, None
+        for index in range(len(node.gpu_milli)):
+            after = take(node, pod, index)
+            if after is None:
+                continue
+            score = _gradient_score(before, measure(after))
+            if chosen is None or score > best:
+                best, chosen = score, index
+        return best, chosen
+    after = take(node, pod, gpu)
+    if after is None:
+        return 0, None
+    return _gradient_score(before, measure(after)), gpu
+
+
 def fgd_score(
     node: NodeFree,
     pod: PodShape,
@@ -208,29 +244,8 @@ def fgd_score(
     gpu: int | None = None,
     measure: Fragmentation | None = None,
 ) -> int:
-    """`calculateGpuShareFragExtendScore`: 0 to 100, higher where placing the Pod adds
-    least fragmentation (or removes most).
-
-    A Pod asking for nothing scores 100 everywhere. For a share of one GPU the artefact
-    tries each GPU that fits and keeps the best; `gpu` scores the one given instead.
-    `measure`: `fragmentation` over `typical`, remembered by the caller.
-    """
-    if pod.asks_nothing:
-        return MAX_NODE_SCORE
-    if measure is None:
-        measure = functools.partial(_fragmentation_of, typical)
-    before = measure(node)
-    if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI and gpu is None:
-        scores = [
-            _gradient_score(before, measure(after))
-            for index in range(len(node.gpu_milli))
-            if (after := take(node, pod, index)) is not None
-        ]
-        return max(scores, default=0)
-    after = take(node, pod, gpu)
-    if after is None:
-        return 0
-    return _gradient_score(before, measure(after))
+    """`fgd_choice`'s score alone."""
+    return fgd_choice(node, pod, typical, gpu, measure)[0]
 
 
 def _fragmentation_of(typical: TypicalPods, node: NodeFree) -> float:

@@ -1,0 +1,3 @@
+module castslice/bench/packing/artefact_draw
+
+go 1.22
