@@ -261,5 +261,5 @@ def test_fgd_itself_puts_a_share_on_the_gpu_it_scores_best_and_takes_the_lowest_
     # a typical Pod (the first GPU that fits would leave 0.4 free there, and so prefers
     # node-b); so no GPU of node-a is whole for the last, which goes to node-b.
     assert placed.nodes == ("node-a", "node-a", "node-b")
-    assert placed.ties == "fgd"
+    assert placed.policy == "fgd"
     assert placed.at_130 == 0.4

@@ -6,13 +6,15 @@ ResourceClaim (`dra` at S shares per GPU), the extender's own view scores the no
 answers kube-scheduler, and the Pod is bound on the best-scored node it fits, as the
 scheduler's filters and the DRA allocator's first fit would place it (`extender_cost.bind`),
 before the next one arrives. Ties are broken as the extender breaks them (`tie_broken`: the
-lowest node name) or, with `--ties random`, at random among the best nodes, as
-kube-scheduler breaks ties between equal totals. Left out, and so what a live replay adds:
-the scheduler's queue and retries, and the watch's lag. A seed takes about a minute where a
+lowest node name) or, as `extender-random-ties`, at random among the best nodes, as
+kube-scheduler breaks ties between equal totals; `fgd` places the same tasks as the FGD
+paper's simulator would (`place_fgd`), the oracle to compare with on the same workloads.
+Left out, and so what a live replay adds: the scheduler's queue and retries, and the
+watch's lag. A seed takes about a minute where a
 live replay takes 60 to 90, so this gives the ten seeds a live replay cannot; the live
 replay of one seed checks it (docs/performance.md).
 
-    python -m bench.packing.offline --seeds 42,43,44 --ties name,random
+    python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from .trace import (
     workload,
 )
 
-TIES = ("name", "random")
+# The extender's tie rules, and the policy each makes.
+TIES = {"name": "extender", "random": "extender-random-ties"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Placed:
     (130 %), and the node each task went to ("": Pending)."""
 
     seed: int
-    ties: str
+    policy: str
     at_100: float
     at_130: float
     nodes: tuple[str, ...] = ()
@@ -107,7 +110,9 @@ def place_all(
         arrived += task.demand
         if at_100 is None and arrived >= gpus:
             at_100 = placed
-    return Placed(seed, ties, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
+    return Placed(
+        seed, TIES[ties], float((at_100 or placed) / gpus), float(placed / gpus), tuple(where)
+    )
 
 
 def _shape(task: TraceTask, memory: bool = True) -> PodShape:
@@ -169,26 +174,33 @@ def place_fgd(
     return Placed(seed, "fgd", float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
 
 
-LABELS = {"name": "extender, name ties", "random": "extender, random ties", "fgd": "FGD"}
+# The policies compared, and what the table calls them.
+POLICIES = {
+    "extender": "extender",
+    "extender-random-ties": "extender, random ties",
+    "fgd": "FGD (the simulator's policy, in process)",
+}
 
 
 def table(results: Sequence[Placed]) -> str:
     """A Markdown table: each seed's figures per policy, and their mean."""
-    rules = sorted({result.ties for result in results}, key=list(LABELS).index)
-    by = {(result.seed, result.ties): result for result in results}
+    policies = sorted({result.policy for result in results}, key=list(POLICIES).index)
+    by = {(result.seed, result.policy): result for result in results}
     seeds = sorted({result.seed for result in results})
-    head = "| seed | " + " | ".join(f"{LABELS[rule]}, at 100 % | at 130 %" for rule in rules)
+    head = "| seed | " + " | ".join(
+        f"{POLICIES[policy]}, at 100 % | at 130 %" for policy in policies
+    )
     percent = "{:.2f} %".format
-    lines = [head + " |", "|---" * (1 + 2 * len(rules)) + "|"]
+    lines = [head + " |", "|---" * (1 + 2 * len(policies)) + "|"]
     for seed in seeds:
         cells = [
-            f"{percent(by[seed, rule].at_100 * 100)} | {percent(by[seed, rule].at_130 * 100)}"
-            for rule in rules
+            f"{percent(by[seed, policy].at_100 * 100)} | {percent(by[seed, policy].at_130 * 100)}"
+            for policy in policies
         ]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     means = []
-    for rule in rules:
-        chosen = [result for result in results if result.ties == rule]
+    for policy in policies:
+        chosen = [result for result in results if result.policy == policy]
         means.append(
             f"{percent(statistics.fmean(r.at_100 for r in chosen) * 100)} | "
             f"{percent(statistics.fmean(r.at_130 for r in chosen) * 100)}"
@@ -202,29 +214,29 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.packing.offline", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--seeds", default="42", help="workload seeds, comma-separated")
-    parser.add_argument("--ties", default="name", help=f"tie rules: {', '.join(TIES)}")
     parser.add_argument(
-        "--fgd", action="store_true", help="FGD itself on the same workloads, beside the extender"
+        "--policies", default="extender", help=f"comma-separated: {', '.join(POLICIES)}"
     )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     args = parser.parse_args(argv)
-    rules = args.ties.split(",")
-    wrong = [rule for rule in rules if rule not in TIES]
+    policies = args.policies.split(",")
+    wrong = [policy for policy in policies if policy not in POLICIES]
     if wrong:
-        print(f"--ties: no {', '.join(wrong)}; one of {', '.join(TIES)}", file=sys.stderr)
+        print(f"--policies: no {', '.join(wrong)}; one of {', '.join(POLICIES)}", file=sys.stderr)
         return 2
     nodes = sample_nodes(read_nodes(), args.every)
     tasks = read_tasks()
     results = []
     for seed in map(int, args.seeds.split(",")):
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order)
-        for rule in [*rules, *(["fgd"] if args.fgd else [])]:
-            if rule == "fgd":
+        for policy in policies:
+            if policy == "fgd":
                 result = place_fgd(nodes, arrived, tasks, seed)
             else:
+                rule = next(rule for rule, made in TIES.items() if made == policy)
                 result = place_all(nodes, arrived, rule, seed)
-            print(f"seed {seed}, {LABELS[rule]}: {result.at_100 * 100:.2f} % at 100 %, "
+            print(f"seed {seed}, {POLICIES[policy]}: {result.at_100 * 100:.2f} % at 100 %, "
                   f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
             results.append(result)
     print(table(results))
