@@ -13,7 +13,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from castslice.extender.cluster_view import MODEL_LABEL, ClusterView
+from castslice.extender.cluster_view import EXPECTED_FOR, MODEL_LABEL, ClusterView
 from castslice.extender.fragmentation import (
     NO_ACCESS,
     Q2_LACK_GPU,
@@ -285,6 +285,60 @@ def test_a_deleted_claim_frees_its_share() -> None:
     view = _view()
     view.apply("resourceclaims", "DELETED", _claim("held", 50))
     assert view.free("half").gpu_milli == (1000, 1000)
+
+
+def _clocked() -> tuple[ClusterView, list[float]]:
+    now = [0.0]
+    view = _view()
+    view.clock = lambda: now[0]
+    return view, now
+
+
+def test_a_pod_sent_to_a_node_counts_there_until_the_watch_shows_it_and_only_once() -> None:
+    first = _slice("empty", 2)["spec"]["devices"][0]["name"]
+    # kube-scheduler binds in the background, so the watch may show the claim or the Pod first.
+    for events in (
+        [("resourceclaims", _claim("new", 50, on=("empty", first))),
+         ("pods", _pod("newcomer", "new", node="empty"))],
+        [("pods", _pod("newcomer", "new", node="empty")),
+         ("resourceclaims", _claim("new", 50, on=("empty", first)))],
+    ):  # fmt: skip
+        view, _ = _clocked()
+        # With `half` out (as if its filter failed), `empty` is the best.
+        scored = dict(view.prioritize(_pod("newcomer", "new"), ["empty"]))
+        assert scored["empty"] > 0
+        # Before any event, the next Pod is scored with this one on `empty`: its CPU, its
+        # memory and half of the GPU the allocator's first fit gives it.
+        placed = NodeFree(15000, (500, 1000), "T4", 63 * GIB)
+        assert view.free("empty") == placed == view.recounted("empty")
+        assert view.free("half") == NodeFree(15000, (500, 1000), "T4", 63 * GIB)
+        for kind, item in events:
+            view.apply(kind, "MODIFIED", item)
+            assert view.free("empty") == placed == view.recounted("empty")
+
+
+def test_a_pod_bound_elsewhere_or_never_bound_stops_counting_where_it_was_expected() -> None:
+    view, now = _clocked()
+    alone = view.free("half")
+    view.prioritize(_pod("newcomer", "new"), ["empty", "half"])
+    assert view.free("half") != alone
+    view.apply("pods", "MODIFIED", _pod("newcomer", "new", node="empty"))
+    assert view.free("half") == alone
+    assert view.free("empty").cpu_milli == 15000
+    # Never bound: counted until EXPECTED_FOR has passed, then no more.
+    view, now = _clocked()
+    view.prioritize(_pod("newcomer", "new"), ["empty", "half"])
+    now[0] = EXPECTED_FOR - 1
+    view.scores(_pod("other", "new"), ["empty", "half"])
+    assert view.free("half") != alone
+    now[0] = EXPECTED_FOR
+    view.scores(_pod("other", "new"), ["empty", "half"])
+    assert view.free("half") == alone == view.recounted("half")
+    # Scored again (a retry), a Pod is not counted against itself.
+    view, _ = _clocked()
+    once = view.prioritize(_pod("newcomer", "new"), ["empty", "half"])
+    assert view.prioritize(_pod("newcomer", "new"), ["empty", "half"]) == once
+    assert view.free("half") == NodeFree(14000, (0, 1000), "T4", 62 * GIB)
 
 
 # ---- the HTTP verb

@@ -241,7 +241,7 @@ def test_offline_placement_packs_shares_and_takes_the_lowest_name_of_identical_n
         TraceTask("whole", 1000, 1024, 1, 1000, ()),
     )
     late = TraceTask("late", 1000, 1024, 1, 600, ())
-    placed = place_all(nodes, [half, half, whole, whole, late], "name", seed=1)
+    placed = place_all(nodes, [half, half, whole, whole, late], "extender", seed=1)
     # The halves share one GPU (so both whole GPUs fit), on the lowest name; the last fits nowhere.
     assert placed.nodes[:2] == ("node-a", "node-a")
     assert sorted(placed.nodes[2:4]) == ["node-b", "node-c"]
@@ -263,3 +263,14 @@ def test_fgd_itself_puts_a_share_on_the_gpu_it_scores_best_and_takes_the_lowest_
     assert placed.nodes == ("node-a", "node-a", "node-b")
     assert placed.policy == "fgd"
     assert placed.at_130 == 0.4
+
+
+def test_counting_expected_pods_makes_the_watch_s_lag_cost_nothing() -> None:
+    nodes = sample_nodes(NODES, 20)
+    tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42, order="shuffled")
+    prompt = place_all(nodes, tasks, "extender", seed=42)
+    # The view learning each binding four tasks late changes no placement...
+    assert place_all(nodes, tasks, "extender", seed=42, lag=4).nodes == prompt.nodes
+    # ...where, not counting the Pods it sent until the watch shows them, it does.
+    assert place_all(nodes, tasks, "extender-no-expect", seed=42).nodes == prompt.nodes
+    assert place_all(nodes, tasks, "extender-no-expect", seed=42, lag=4).nodes != prompt.nodes

@@ -20,6 +20,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,10 +179,16 @@ def build(
 
 
 def bind(
-    view: ClusterView, pod: Manifest, task: TraceTask, scores: list[tuple[str, int]], shares: int
+    view: ClusterView,
+    pod: Manifest,
+    task: TraceTask,
+    scores: list[tuple[str, int]],
+    shares: int,
+    watch: Callable[[tuple[str, str, Manifest]], None] | None = None,
 ) -> str | None:
     """Place `pod` on the best-scored node it fits, as the scheduler and the DRA allocator
-    would, and tell the view as the watches would: the claim allocated, the Pod bound."""
+    would, and tell the view as the watches would: the claim allocated, the Pod bound.
+    `watch`: told the same events, for a view that learns them later."""
     devices, each = claim_shape(task, shares) if task.num_gpu else (0, 0)
     for name, _ in sorted(scores, key=lambda scored: -scored[1]):
         free = view.free(name)
@@ -196,12 +203,15 @@ def bind(
         if len(chosen) < devices:
             continue
         claim_name = pod["status"].get("resourceClaimStatuses", [{}])[0].get("resourceClaimName")
+        events = []
         if claim_name:
             allocated = [(name, f"gpu-{index}", each) for index in chosen]
-            view.apply("resourceclaims", "MODIFIED",
-                       claim_manifest(claim_name, task, shares, allocated))  # fmt: skip
-        bound = pod_manifest(pod["metadata"]["name"], task, name, claim_name)
-        view.apply("pods", "MODIFIED", bound)
+            events.append(("resourceclaims", claim_manifest(claim_name, task, shares, allocated)))
+        events.append(("pods", pod_manifest(pod["metadata"]["name"], task, name, claim_name)))
+        for kind, item in events:
+            view.apply(kind, "MODIFIED", item)
+            if watch is not None:
+                watch((kind, "MODIFIED", item))
         return name
     return None
 

@@ -10,9 +10,9 @@ lowest node name) or, as `extender-random-ties`, at random among the best nodes,
 kube-scheduler breaks ties between equal totals; `fgd` places the same tasks as the FGD
 paper's simulator would (`place_fgd`), the oracle to compare with on the same workloads.
 Left out, and so what a live replay adds: the scheduler's queue and retries, and the
-watch's lag. A seed takes about a minute where a
-live replay takes 60 to 90, so this gives the ten seeds a live replay cannot; the live
-replay of one seed checks it (docs/performance.md).
+watch's lag. A seed takes one to three minutes where a live replay takes 60 to 90, so this
+gives the ten seeds a live replay cannot; the live replay of one seed checks it
+(docs/performance.md).
 
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
 """
@@ -23,11 +23,12 @@ import argparse
 import random
 import statistics
 import sys
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from castslice.extender.cluster_view import ClusterView
+from castslice.extender.cluster_view import ClusterView, Manifest
 from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
@@ -58,8 +59,16 @@ from .trace import (
     workload,
 )
 
-# The extender's tie rules, and the policy each makes.
-TIES = {"name": "extender", "random": "extender-random-ties"}
+# The policies compared, and what the table calls them: the extender as it is; without
+# counting Pods where it expects them (`ClusterView.prioritize`), as it was; that, with
+# kube-scheduler's random pick among equal scores instead of its name order, as it was
+# first; and FGD itself.
+POLICIES = {
+    "extender": "extender",
+    "extender-no-expect": "extender, not counting expected Pods",
+    "extender-random-ties": "extender, random ties",
+    "fgd": "FGD (the simulator's policy, in process)",
+}
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,34 @@ class Placed:
 
 
 def place_all(
-    nodes: Sequence[TraceNode], tasks: Sequence[TraceTask], ties: str, seed: int, shares: int = 100
+    nodes: Sequence[TraceNode],
+    tasks: Sequence[TraceTask],
+    policy: str,
+    seed: int,
+    shares: int = 100,
+    lag: int = 0,
 ) -> Placed:
-    """Each task arrives, is scored and is bound (or left Pending) before the next."""
-    if ties not in TIES:
-        raise ValueError(f"ties {ties!r}: one of {', '.join(TIES)}")
+    """Each task arrives, is scored and is bound (or left Pending) before the next.
+
+    `lag`: the extender's view learns each binding only once that many more tasks have
+    been scored, as a watch that trails kube-scheduler's binding (which fits and binds
+    on the scheduler's own, current view). `policy`: one of POLICIES but `fgd`."""
+    if policy not in POLICIES or policy == "fgd":
+        raise ValueError(
+            f"policy {policy!r}: one of {', '.join(p for p in POLICIES if p != 'fgd')}"
+        )
     gpus = sum(node.gpus for node in nodes)
-    view = ClusterView(CAPACITY, shares)
-    view.replace("nodes", [node_manifest(node) for node in nodes])
-    view.replace("resourceslices", [slice_manifest(node, shares) for node in nodes if node.gpus])
+    # The extender's view, and the scheduler's, which binds on what is placed, not on what
+    # the extender expects: one view serves both only without lag or expectations.
+    views = [ClusterView(CAPACITY, shares) for _ in range(2 if lag or policy == "extender" else 1)]
+    for each in views:
+        each.replace("nodes", [node_manifest(node) for node in nodes])
+        each.replace(
+            "resourceslices", [slice_manifest(node, shares) for node in nodes if node.gpus]
+        )
+    view, scheduler = views[0], views[-1]
+    # The bindings the extender's view has not learnt yet, task by task.
+    unseen: deque[list[tuple[str, str, Manifest]]] = deque()
     names = [node.name for node in nodes]
     draw = random.Random(seed)
     arrived, placed = Fraction(0), Fraction(0)
@@ -92,18 +120,33 @@ def place_all(
     for index, task in enumerate(tasks):
         name = f"task-{index:05d}"
         claim = f"{name}-gpu" if task.num_gpu else None
-        if claim is not None:
-            view.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
         pod = pod_manifest(name, task, "", claim)
-        view.apply("pods", "ADDED", pod)
-        scores = view.scores(pod, names)
-        if ties == "name":
-            scores = tie_broken(scores)
+        for each in views:
+            if claim is not None:
+                each.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
+            each.apply("pods", "ADDED", pod)
+        if policy == "extender":
+            scores = view.prioritize(pod, names)
+        elif policy == "extender-no-expect":
+            scores = tie_broken(view.scores(pod, names))
         else:
             # kube-scheduler's pick among equal totals, made up front: the best scores in a
             # random order (bind takes the first that fits, by score, stably).
+            scores = view.scores(pod, names)
             draw.shuffle(scores)
-        node = bind(view, pod, task, scores, shares)
+        learnt: list[tuple[str, str, Manifest]] = []
+        unseen.append(learnt)
+        node = bind(
+            scheduler,
+            pod,
+            task,
+            scores,
+            shares,
+            learnt.append if lag else None,
+        )
+        while len(unseen) > lag:
+            for event in unseen.popleft():
+                view.apply(*event)
         where.append(node or "")
         if node is not None:
             placed += task.demand
@@ -111,7 +154,7 @@ def place_all(
         if at_100 is None and arrived >= gpus:
             at_100 = placed
     return Placed(
-        seed, TIES[ties], float((at_100 or placed) / gpus), float(placed / gpus), tuple(where)
+        seed, policy, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where)
     )
 
 
@@ -174,14 +217,6 @@ def place_fgd(
     return Placed(seed, "fgd", float((at_100 or placed) / gpus), float(placed / gpus), tuple(where))
 
 
-# The policies compared, and what the table calls them.
-POLICIES = {
-    "extender": "extender",
-    "extender-random-ties": "extender, random ties",
-    "fgd": "FGD (the simulator's policy, in process)",
-}
-
-
 def table(results: Sequence[Placed]) -> str:
     """A Markdown table: each seed's figures per policy, and their mean."""
     policies = sorted({result.policy for result in results}, key=list(POLICIES).index)
@@ -217,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policies", default="extender", help=f"comma-separated: {', '.join(POLICIES)}"
     )
+    parser.add_argument(
+        "--lag", type=int, default=0, help="tasks the extender's view learns bindings after"
+    )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     args = parser.parse_args(argv)
@@ -234,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             if policy == "fgd":
                 result = place_fgd(nodes, arrived, tasks, seed)
             else:
-                rule = next(rule for rule, made in TIES.items() if made == policy)
-                result = place_all(nodes, arrived, rule, seed)
+                result = place_all(nodes, arrived, policy, seed, lag=args.lag)
             print(f"seed {seed}, {POLICIES[policy]}: {result.at_100 * 100:.2f} % at 100 %, "
                   f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
             results.append(result)

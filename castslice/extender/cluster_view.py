@@ -23,13 +23,21 @@ nodes (the backend's whole-GPU placement) hold whole GPUs, known exactly by thei
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from castslice.backends.base import Backend, Placement
 from castslice.contract.scheduling import allocatable, count, pod_request
-from castslice.extender.fragmentation import MILLI, NodeFree, PodShape, Scorer, typical_pods
+from castslice.extender.fragmentation import (
+    MILLI,
+    NodeFree,
+    PodShape,
+    Scorer,
+    tie_broken,
+    typical_pods,
+)
 
 Manifest = dict[str, Any]
 
@@ -44,6 +52,9 @@ _RELEARN = 1.05
 # Scores remembered per node (one per Pod shape asked about) at most; past it they are
 # forgotten at once.
 _SCORES_PER_NODE = 256
+# How long a Pod is counted where the extender's best score sent it, if the watch never
+# shows it bound there (kube-scheduler placed it elsewhere, or could not bind it).
+EXPECTED_FOR = 30.0
 # A node's Pods whose shape is not known yet (their claims not seen) are retried at most
 # this many at a time per score call, so a backlog never slows a call down much.
 _RESOLVE_BATCH = 256
@@ -73,6 +84,25 @@ class _Pod:
     pool: str = ""
     pool_units: int = 0
     holds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Expected:
+    """A Pod counted on the node the extender's best score sent it to, before the watch
+    shows it there: kube-scheduler binds in the background and takes the next Pod at once,
+    so without this the next Pods are scored as if the last ones were not placed yet.
+    Each part is counted until the watch shows it: CPU, memory and pool clients until the
+    Pod is seen on the node, the GPU shares until its claims are seen allocated."""
+
+    node: str
+    cpu_milli: int
+    memory: int
+    units: int
+    # (the device's place among the node's GPUs, thousandths taken)
+    gpus: tuple[tuple[int, int], ...]
+    claims: set[tuple[str, str]]
+    bound: bool
+    until: float
 
 
 @dataclass
@@ -184,6 +214,12 @@ class ClusterView:
     # A number per Pod shape asked about, so each node's remembered scores are looked up by
     # a small integer rather than by hashing the shape once per node.
     _shape_numbers: dict[PodShape, int] = field(default_factory=dict)
+    # Pods counted where they are expected (`_Expected`): Pod uid -> expectation, node ->
+    # Pod uids, claim -> Pod uid.
+    _expected: dict[str, _Expected] = field(default_factory=dict)
+    _expected_on: dict[str, set[str]] = field(default_factory=dict)
+    _expected_claims: dict[tuple[str, str], str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
 
     # ---- watch events
 
@@ -194,6 +230,8 @@ class ClusterView:
             for item in items:
                 self._apply(kind, "ADDED", item, index=False)
             self._reindex()
+            for uid in list(self._expected):
+                self._settle(uid)
 
     def apply(self, kind: str, event: str, item: Manifest) -> None:
         with self._lock:
@@ -243,8 +281,10 @@ class ClusterView:
                 self._claims[key] = _read_claim(item, self.capacity)
             if index:
                 self._index_claim(old_claim, self._claims.get(key))
+                if key in self._expected_claims:
+                    self._settle(self._expected_claims[key])
         elif kind == "pods":
-            uid = metadata.get("uid") or name
+            uid = _uid(item)
             known = self._pods.get(uid)
             if event == "DELETED":
                 self._pods.pop(uid, None)
@@ -258,6 +298,8 @@ class ClusterView:
                     self._unresolved.add(uid)
             if index:
                 self._index_pod(uid, known, self._pods.get(uid))
+                if uid in self._expected:
+                    self._settle(uid, deleted=event == "DELETED")
 
     # ---- the indexes: each event moves what it changed, and forgets its nodes' entries
 
@@ -335,17 +377,75 @@ class ClusterView:
                 cpu -= pod.cpu_milli
                 memory -= pod.memory
                 held += pod.holds.get(node.resource, 0)
+        gpus: list[int] = []
+        if self.pools is None:
+            for slice_name in sorted(self._slices_on.get(name, ())):
+                gpus += [
+                    max(0, offered - self._consumed.get(key, 0)) * MILLI // offered
+                    for key, offered in self._slices[slice_name][1]
+                ]
+        return self._node_free(name, cpu, memory, held, gpus)
+
+    def _node_free(self, name: str, cpu: int, memory: int, held: int, gpus: list[int]) -> NodeFree:
+        """The node's free resources from what its Pods and claims leave, less what the
+        Pods expected there (`_Expected`) take that the watch has not shown yet."""
+        node = self._nodes[name]
+        for uid in self._expected_on.get(name, ()):
+            expected = self._expected[uid]
+            if not expected.bound:
+                cpu -= expected.cpu_milli
+                memory -= expected.memory
+                held += expected.units
+            if expected.claims:
+                for place, milli in expected.gpus:
+                    if place < len(gpus):
+                        gpus[place] = max(0, gpus[place] - milli)
         if self.pools is not None:
             return NodeFree(
                 cpu, spread_clients(node.gpus, node.clients, held), node.model, memory, node.pool
             )
-        gpus: list[int] = []
-        for slice_name in sorted(self._slices_on.get(name, ())):
-            gpus += [
-                max(0, offered - self._consumed.get(key, 0)) * MILLI // offered
-                for key, offered in self._slices[slice_name][1]
-            ]
         return NodeFree(cpu, tuple(gpus), node.model, memory)
+
+    # ---- where Pods are expected
+
+    def _settle(self, uid: str, deleted: bool = False) -> None:
+        """Count no longer what the watch now shows of an expected Pod; forget it once the
+        watch shows all of it, or shows it gone, done or on another node."""
+        expected = self._expected.get(uid)
+        if expected is None:
+            return
+        pod = self._pods.get(uid)
+        if deleted or (pod is not None and (pod.done or (pod.node and pod.node != expected.node))):
+            self._forget_expected(uid)
+            return
+        changed = False
+        if pod is not None and pod.node and not expected.bound:
+            expected.bound = changed = True
+        for key in list(expected.claims):
+            claim = self._claims.get(key)
+            if claim is None or claim.allocated:
+                # Allocated (its shares are counted from the watch now), or deleted.
+                expected.claims.discard(key)
+                self._expected_claims.pop(key, None)
+                changed = True
+        if expected.bound and not expected.claims:
+            self._forget_expected(uid)
+        elif changed:
+            self._known.pop(expected.node, None)
+
+    def _forget_expected(self, uid: str) -> None:
+        expected = self._expected.pop(uid, None)
+        if expected is None:
+            return
+        self._expected_on.get(expected.node, set()).discard(uid)
+        for key in expected.claims:
+            self._expected_claims.pop(key, None)
+        self._known.pop(expected.node, None)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for uid in [uid for uid, expected in self._expected.items() if expected.until <= now]:
+            self._forget_expected(uid)
 
     def _known_of(self, name: str) -> _Known:
         known = self._known.get(name)
@@ -476,6 +576,7 @@ class ClusterView:
         """
         read = self._read_pod(pod)
         with self._lock:
+            self._expire()
             self._typical_locked()
             shape = self._shape(read)
             if shape is None:
@@ -494,6 +595,60 @@ class ClusterView:
                         score = known.scores[number] = scorer.score(known.free, shape)
                 scored.append((name, score))
             return scored
+
+    def prioritize(self, pod: Manifest, node_names: Sequence[str]) -> list[tuple[str, int]]:
+        """The extender's answer: `scores`, ties broken by name (`tie_broken`); and the Pod
+        counted on the best of them until the watch shows where it went (`_Expected`),
+        since kube-scheduler takes the best total and the extender's is the only score
+        the shipped profile leaves that tells nodes apart."""
+        with self._lock:
+            # A Pod tried again is scored without its own earlier expectation.
+            self._forget_expected(_uid(pod))
+        scored = tie_broken(self.scores(pod, node_names))
+        best = max(scored, key=lambda item: item[1], default=None)
+        if best is not None and best[1] > 0:
+            self.expect(pod, best[0])
+        return scored
+
+    def expect(self, pod: Manifest, node_name: str) -> None:
+        """Count `pod` on `node_name` until the watch shows it there (`_Expected`): its
+        GPU shares on the devices the allocator's first fit gives it."""
+        uid = _uid(pod)
+        read = self._read_pod(pod)
+        with self._lock:
+            self._forget_expected(uid)
+            shape = self._shape(read)
+            node = self._nodes.get(node_name)
+            if read.node or read.done or shape is None or node is None:
+                return
+            free = self._known_of(node_name).free
+            assert free is not None
+            claims = {
+                key
+                for claim_name in read.claims
+                if (claim := self._claims.get(key := (read.namespace, claim_name)))
+                and not claim.allocated
+            }
+            gpus: tuple[tuple[int, int], ...] = ()
+            if self.pools is None and claims and shape.gpus:
+                fitting = [
+                    place for place, left in enumerate(free.gpu_milli) if left >= shape.gpu_milli
+                ][: shape.gpus]
+                gpus = tuple((place, shape.gpu_milli) for place in fitting)
+            self._expected[uid] = _Expected(
+                node_name,
+                read.cpu_milli,
+                read.memory,
+                read.holds.get(node.resource, 0),
+                gpus,
+                claims,
+                bound=False,
+                until=self.clock() + EXPECTED_FOR,
+            )
+            self._expected_on.setdefault(node_name, set()).add(uid)
+            for key in claims:
+                self._expected_claims[key] = uid
+            self._known.pop(node_name, None)
 
     def summary(self) -> dict[str, Any]:
         """Each node's free CPU and GPU thousandths, and the typical shapes: what the
@@ -525,29 +680,28 @@ class ClusterView:
                 cpu[pod.node] -= pod.cpu_milli
                 memory[pod.node] -= pod.memory
                 held[pod.node] += pod.holds.get(self._nodes[pod.node].resource, 0)
-        if self.pools is not None:
-            return {
-                name: NodeFree(cpu[name], spread_clients(node.gpus, node.clients, held[name]),
-                               node.model, memory[name], node.pool)
-                for name in cpu
-                for node in [self._nodes[name]]
-            }  # fmt: skip
         consumed: dict[str, int] = {}
         for claim in self._claims.values():
             for key, shares in claim.allocated:
                 consumed[key] = consumed.get(key, 0) + shares
         gpus: dict[str, list[int]] = {name: [] for name in cpu}
-        for slice_name in sorted(self._slices):
-            node_name, devices = self._slices[slice_name]
-            if node_name in gpus:
-                gpus[node_name] += [
-                    max(0, offered - consumed.get(key, 0)) * MILLI // offered
-                    for key, offered in devices
-                ]
+        if self.pools is None:
+            for slice_name in sorted(self._slices):
+                node_name, devices = self._slices[slice_name]
+                if node_name in gpus:
+                    gpus[node_name] += [
+                        max(0, offered - consumed.get(key, 0)) * MILLI // offered
+                        for key, offered in devices
+                    ]
         return {
-            name: NodeFree(cpu[name], tuple(gpus[name]), self._nodes[name].model, memory[name])
+            name: self._node_free(name, cpu[name], memory[name], held[name], gpus[name])
             for name in cpu
         }
+
+
+def _uid(pod: Manifest) -> str:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("uid") or metadata.get("name") or "")
 
 
 def _holding(pod: _Pod) -> tuple[object, ...]:

@@ -27,7 +27,6 @@ import msgspec
 from kubernetes.watch.watch import iter_resp_lines
 
 from castslice.extender.cluster_view import ClusterView
-from castslice.extender.fragmentation import tie_broken
 
 LOG = logging.getLogger("castslice.extender")
 PRIORITIZE = "/prioritize"
@@ -170,7 +169,7 @@ class Extender:
                 claim = self.read_claim(namespace, name)
                 if claim is not None:
                     self.view.apply("resourceclaims", "ADDED", claim)
-        scores = tie_broken(self.view.scores(args.Pod, args.NodeNames))
+        scores = self.view.prioritize(args.Pod, args.NodeNames)
         with self._count:
             self.seconds += time.perf_counter() - began
             self.calls += 1
