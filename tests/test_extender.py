@@ -315,6 +315,19 @@ def test_a_pod_sent_to_a_node_counts_there_until_the_watch_shows_it_and_only_onc
         for kind, item in events:
             view.apply(kind, "MODIFIED", item)
             assert view.free("empty") == placed == view.recounted("empty")
+        assert _outcomes(view) == {"bound where expected": 1, "devices as expected": 1}
+    # The allocator took the second GPU where first fit predicted the first: said so.
+    view, _ = _clocked()
+    view.prioritize(_pod("newcomer", "new"), ["empty"])
+    second = _slice("empty", 2)["spec"]["devices"][1]["name"]
+    view.apply("resourceclaims", "MODIFIED", _claim("new", 50, on=("empty", second)))
+    view.apply("pods", "MODIFIED", _pod("newcomer", "new", node="empty"))
+    assert _outcomes(view) == {"bound where expected": 1, "devices elsewhere": 1}
+
+
+def _outcomes(view: ClusterView) -> dict[str, int]:
+    """How the view's expectations ended, as its summary gives them (zeros left out)."""
+    return {name: count for name, count in view.summary()["expectations"].items() if count}
 
 
 def test_a_pod_bound_elsewhere_or_never_bound_stops_counting_where_it_was_expected() -> None:
@@ -325,6 +338,7 @@ def test_a_pod_bound_elsewhere_or_never_bound_stops_counting_where_it_was_expect
     view.apply("pods", "MODIFIED", _pod("newcomer", "new", node="empty"))
     assert view.free("half") == alone
     assert view.free("empty").cpu_milli == 15000
+    assert _outcomes(view) == {"bound elsewhere": 1}
     # Never bound: counted until EXPECTED_FOR has passed, then no more.
     view, now = _clocked()
     view.prioritize(_pod("newcomer", "new"), ["empty", "half"])
@@ -334,6 +348,7 @@ def test_a_pod_bound_elsewhere_or_never_bound_stops_counting_where_it_was_expect
     now[0] = EXPECTED_FOR
     view.scores(_pod("other", "new"), ["empty", "half"])
     assert view.free("half") == alone == view.recounted("half")
+    assert _outcomes(view) == {"lapsed": 1}
     # Scored again (a retry), a Pod is not counted against itself.
     view, _ = _clocked()
     once = view.prioritize(_pod("newcomer", "new"), ["empty", "half"])

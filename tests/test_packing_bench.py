@@ -10,7 +10,7 @@ import pytest
 
 from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
-from bench.packing.offline import place_all, place_fgd
+from bench.packing.offline import jittered, place_all, place_fgd
 from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
 from bench.packing.trace import (
     ARRIVAL,
@@ -22,6 +22,7 @@ from bench.packing.trace import (
     workload,
 )
 from castslice.environment import load_config
+from castslice.extender import cluster_view
 from castslice.inspect.gpus_needed import environment_of, estimate
 
 NODES = read_nodes()
@@ -233,6 +234,36 @@ def test_the_cost_table_shows_what_each_replay_measured_of_scheduling() -> None:
     assert report.cost_table([unmeasured], 1) == []
 
 
+def test_a_seed_replayed_again_is_shown_by_its_latest_replay_only() -> None:
+    def replay(ratio: float, attempts: int) -> dict[str, object]:
+        return {
+            "configuration": "dra-100", "profile": "fgd-extender", "order": "artefact",
+            "seed": 42, "every": 1, "gpus": 100, "seconds": 60.0,
+            "curve": [[1.0, ratio, 0, 0], [1.3, ratio, 0, 0]],
+            "scheduler": {"attempts": attempts, "attempt_mean": 0.5, "attempt_p99": 1.0,
+                          "cpu_seconds": 10.0, "peak_rss": 2**20},
+        }  # fmt: skip
+
+    records = [replay(0.9, 111), replay(0.95, 222)]
+
+    rows = [line for line in report.table(records, 1) if line.startswith("| dra-100")]
+    assert rows == [
+        "| dra-100 | fgd-extender | artefact | 1 | 95.0% | 95.0% | 5 of 100 | 0 | 1.0 |"
+    ]
+    costs = [line for line in report.cost_table(records, 1) if line.startswith("| dra-100")]
+    assert len(costs) == 1 and "| 222 |" in costs[0], costs
+
+
+def test_jitter_moves_each_task_by_less_than_its_width_and_keeps_every_task() -> None:
+    tasks = [TraceTask(f"t{index}", 1000, 1024, 1, 500, ()) for index in range(200)]
+    moved = jittered(tasks, 10, seed=1)
+    assert sorted(moved, key=tasks.index) == tasks
+    shifts = [abs(tasks.index(task) - place) for place, task in enumerate(moved)]
+    assert 0 < max(shifts) < 10
+    assert moved == jittered(tasks, 10, seed=1) != jittered(tasks, 10, seed=2)
+    assert jittered(tasks, 0, seed=1) == tasks
+
+
 def test_offline_placement_packs_shares_and_takes_the_lowest_name_of_identical_nodes() -> None:
     # Listed out of name order, so the first node listed is not the lowest name.
     nodes = [TraceNode(f"node-{letter}", 8000, 32768, 1, "T4") for letter in "cab"]
@@ -274,3 +305,15 @@ def test_counting_expected_pods_makes_the_watch_s_lag_cost_nothing() -> None:
     # ...where, not counting the Pods it sent until the watch shows them, it does.
     assert place_all(nodes, tasks, "extender-no-expect", seed=42).nodes == prompt.nodes
     assert place_all(nodes, tasks, "extender-no-expect", seed=42, lag=4).nodes != prompt.nodes
+
+
+def test_in_process_placements_do_not_depend_on_how_fast_the_machine_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live expectation lapses after EXPECTED_FOR seconds; in process time stands still, so
+    a slow machine (here: expectations that lapse at once) places the same."""
+    nodes = sample_nodes(NODES, 20)
+    tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42, order="shuffled")[:300]
+    prompt = place_all(nodes, tasks, "extender", seed=42)
+    monkeypatch.setattr(cluster_view, "EXPECTED_FOR", -1.0)
+    assert place_all(nodes, tasks, "extender", seed=42).nodes == prompt.nodes

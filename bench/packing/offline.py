@@ -10,8 +10,9 @@ lowest node name) or, as `extender-random-ties`, at random among the best nodes,
 kube-scheduler breaks ties between equal totals; `fgd` places the same tasks as the FGD
 paper's simulator would (`place_fgd`), the oracle to compare with on the same workloads.
 Left out, and so what a live replay adds: the scheduler's queue and retries, and the
-watch's lag. A seed takes one to three minutes where a live replay takes 60 to 90, so this
-gives the ten seeds a live replay cannot; the live replay of one seed checks it
+watch's lag; `--lag` and `--jitter` model the lag and the order a live cluster takes Pods
+in. A seed takes one to three minutes where a live replay takes 45 to 90, so this gives
+the ten seeds a live replay cannot; the live replay of one seed checks it
 (docs/performance.md).
 
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
@@ -71,6 +72,15 @@ POLICIES = {
 }
 
 
+def jittered(tasks: Sequence[TraceTask], width: int, seed: int) -> list[TraceTask]:
+    """`tasks` as a live cluster takes them: nearly in order, each moved by less than
+    `width` places at random (Pods created several at a time, their claims by a
+    controller), reproducibly for a seed."""
+    draw = random.Random(seed)
+    keys = [index + draw.uniform(0, width) for index in range(len(tasks))]
+    return [tasks[index] for index in sorted(range(len(tasks)), key=keys.__getitem__)]
+
+
 @dataclass(frozen=True)
 class Placed:
     """GPUs placed over the cluster's, once the arrived demand reached 100 % and at the end
@@ -103,7 +113,12 @@ def place_all(
     gpus = sum(node.gpus for node in nodes)
     # The extender's view, and the scheduler's, which binds on what is placed, not on what
     # the extender expects: one view serves both only without lag or expectations.
-    views = [ClusterView(CAPACITY, shares) for _ in range(2 if lag or policy == "extender" else 1)]
+    # Time stands still in process: a Pod expected on a node is counted there until the
+    # view learns where it went, however long the machine takes.
+    views = [
+        ClusterView(CAPACITY, shares, clock=lambda: 0.0)
+        for _ in range(2 if lag or policy == "extender" else 1)
+    ]
     for each in views:
         each.replace("nodes", [node_manifest(node) for node in nodes])
         each.replace(
@@ -137,12 +152,7 @@ def place_all(
         learnt: list[tuple[str, str, Manifest]] = []
         unseen.append(learnt)
         node = bind(
-            scheduler,
-            pod,
-            task,
-            scores,
-            shares,
-            learnt.append if lag else None,
+            scheduler, pod, task, scores, shares, learnt.append if view is not scheduler else None
         )
         while len(unseen) > lag:
             for event in unseen.popleft():
@@ -255,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lag", type=int, default=0, help="tasks the extender's view learns bindings after"
     )
+    parser.add_argument(
+        "--jitter", type=int, default=0, help="each task moved by less than N places at random"
+    )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     args = parser.parse_args(argv)
@@ -268,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in map(int, args.seeds.split(",")):
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order)
+        if args.jitter:
+            arrived = jittered(arrived, args.jitter, seed)
         for policy in policies:
             if policy == "fgd":
                 result = place_fgd(nodes, arrived, tasks, seed)

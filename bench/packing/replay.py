@@ -383,10 +383,11 @@ def replay(
             cpu, peak = extender.usage()
             result.extender = {
                 "calls": account["calls"], "seconds": account["seconds"],
-                "cpu_seconds": cpu, "peak_rss": peak,
+                "cpu_seconds": cpu, "peak_rss": peak, "expectations": account["expectations"],
             }  # fmt: skip
             log(f"  extender: {account['calls']} calls, {account['seconds']:.1f} s in them, "
-                f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB")  # fmt: skip
+                f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB; expected Pods: "
+                f"{account['expectations']}")  # fmt: skip
     result.seconds = time.monotonic() - started
     return result
 

@@ -69,14 +69,13 @@ def order(record: dict[str, Any]) -> str:
 def groups(
     records: Sequence[dict[str, Any]],
 ) -> dict[tuple[int, str, str, str], list[dict[str, Any]]]:
-    """Replays by (every, profile, configuration, order)."""
-    found: dict[tuple[int, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    """Replays by (every, profile, configuration, order), a seed replayed again counted once:
+    its latest replay, which ran the code as it is (results are appended as they end)."""
+    latest: dict[tuple[int, str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for record in records:
         key = (record["every"], record["profile"], record["configuration"], order(record))
-        # A seed replayed twice counts once: the first replay.
-        if all(other["seed"] != record["seed"] for other in found[key]):
-            found[key].append(record)
-    return found
+        latest[key][record["seed"]] = record
+    return {key: list(seeds.values()) for key, seeds in latest.items()}
 
 
 def _spread(values: Sequence[float]) -> str:
@@ -233,7 +232,7 @@ def cost_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
     """What scheduling cost in the replays that measured it: kube-scheduler's attempts that
     placed a Pod and its CPU, beside the extender's calls, time in them, CPU and memory."""
     rows = []
-    for record in records:
+    for record in (record for items in groups(records).values() for record in items):
         scheduler, extender = record.get("scheduler") or {}, record.get("extender") or {}
         if record["every"] != every or not (scheduler or extender):
             continue

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,10 @@ _SCORES_PER_NODE = 256
 # How long a Pod is counted where the extender's best score sent it, if the watch never
 # shows it bound there (kube-scheduler placed it elsewhere, or could not bind it).
 EXPECTED_FOR = 30.0
+EXPECTATION_OUTCOMES = (
+    "bound where expected", "bound elsewhere", "lapsed", "devices as expected",
+    "devices elsewhere",
+)  # fmt: skip
 # A node's Pods whose shape is not known yet (their claims not seen) are retried at most
 # this many at a time per score call, so a backlog never slows a call down much.
 _RESOLVE_BATCH = 256
@@ -219,6 +224,10 @@ class ClusterView:
     _expected: dict[str, _Expected] = field(default_factory=dict)
     _expected_on: dict[str, set[str]] = field(default_factory=dict)
     _expected_claims: dict[tuple[str, str], str] = field(default_factory=dict)
+    # How expectations ended (`EXPECTATION_OUTCOMES`): whether kube-scheduler follows the
+    # extender's best node and the allocator the device first fit predicts, for an
+    # operator to read.
+    outcomes: Counter[str] = field(default_factory=Counter)
     clock: Callable[[], float] = time.monotonic
 
     # ---- watch events
@@ -415,14 +424,23 @@ class ClusterView:
         if expected is None:
             return
         pod = self._pods.get(uid)
+        if pod is not None and pod.node and pod.node != expected.node:
+            self.outcomes["bound elsewhere"] += 1
         if deleted or (pod is not None and (pod.done or (pod.node and pod.node != expected.node))):
             self._forget_expected(uid)
             return
         changed = False
         if pod is not None and pod.node and not expected.bound:
             expected.bound = changed = True
+            self.outcomes["bound where expected"] += 1
         for key in list(expected.claims):
             claim = self._claims.get(key)
+            if claim is not None and claim.allocated and expected.gpus:
+                self.outcomes[
+                    "devices as expected"
+                    if self._places(expected.node, claim) == {place for place, _ in expected.gpus}
+                    else "devices elsewhere"
+                ] += 1
             if claim is None or claim.allocated:
                 # Allocated (its shares are counted from the watch now), or deleted.
                 expected.claims.discard(key)
@@ -442,9 +460,19 @@ class ClusterView:
             self._expected_claims.pop(key, None)
         self._known.pop(expected.node, None)
 
+    def _places(self, node: str, claim: _Claim) -> set[int]:
+        """The places among the node's GPUs (as `_free` lists them) of a claim's devices."""
+        keys = [
+            key
+            for slice_name in sorted(self._slices_on.get(node, ()))
+            for key, _ in self._slices[slice_name][1]
+        ]
+        return {keys.index(key) for key, _ in claim.allocated if key in keys}
+
     def _expire(self) -> None:
         now = self.clock()
         for uid in [uid for uid, expected in self._expected.items() if expected.until <= now]:
+            self.outcomes["lapsed"] += 1
             self._forget_expected(uid)
 
     def _known_of(self, name: str) -> _Known:
@@ -667,6 +695,7 @@ class ClusterView:
                  "models": list(shape.models), "memory": shape.memory, "frequency": frequency}
                 for shape, frequency in typical
             ],
+            "expectations": {name: self.outcomes[name] for name in EXPECTATION_OUTCOMES},
         }  # fmt: skip
 
     def _frees(self, names: Sequence[str]) -> dict[str, NodeFree]:

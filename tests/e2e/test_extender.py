@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import kubernetes.client
@@ -49,6 +50,21 @@ def _nodes(count: int, gpus: int) -> list[TraceNode]:
     return [TraceNode(f"gpu-{index}", 16000, 65536, gpus, "T4") for index in range(count)]
 
 
+def _expectations_settled(made: PlacingCluster) -> dict[str, int]:
+    """The extender's account of where the Pods it scored went, once its watch has shown
+    each of them bound (or after 30 s); empty without an extender."""
+    if made.extender is None:
+        return {}
+    deadline = time.monotonic() + 30
+    while True:
+        state = made.extender.state()
+        outcomes: dict[str, int] = state["expectations"]
+        seen = outcomes["bound where expected"] + outcomes["bound elsewhere"]
+        if seen >= state["calls"] or time.monotonic() > deadline:
+            return outcomes
+        time.sleep(0.2)
+
+
 @pytest.mark.kubernetes("1.36")
 @pytest.mark.parametrize("with_extender", [False, True], ids=["default-profile", "extender"])
 def test_the_extender_keeps_a_whole_gpu_free_where_default_scoring_fragments_two(
@@ -65,10 +81,16 @@ def test_the_extender_keeps_a_whole_gpu_free_where_default_scoring_fragments_two
         first_half = made.place(HALF)
         second_half = made.place(HALF, away_from=first_half)
         last_whole = made.place(WHOLE)
+        followed = _expectations_settled(made)
     assert first_whole is not None and first_half is not None and second_half is not None
     if with_extender:
         assert second_half == first_half
         assert last_whole is not None
+        # Its own account agrees: every Pod it scored went to its best node, the half
+        # against the weight-100 preference too, and every share to the GPU it predicted.
+        assert followed["bound elsewhere"] == followed["lapsed"] == 0, followed
+        assert followed["devices elsewhere"] == 0, followed
+        assert followed["bound where expected"] >= 3, followed
     else:
         assert second_half != first_half
         assert last_whole is None
