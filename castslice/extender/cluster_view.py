@@ -472,7 +472,8 @@ class ClusterView:
     def _expire(self) -> None:
         now = self.clock()
         for uid in [uid for uid, expected in self._expected.items() if expected.until <= now]:
-            self.outcomes["lapsed"] += 1
+            if not self._expected[uid].bound:
+                self.outcomes["lapsed"] += 1
             self._forget_expected(uid)
 
     def _known_of(self, name: str) -> _Known:
