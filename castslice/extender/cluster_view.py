@@ -388,12 +388,20 @@ class ClusterView:
                 held += pod.holds.get(node.resource, 0)
         gpus: list[int] = []
         if self.pools is None:
-            for slice_name in sorted(self._slices_on.get(name, ())):
-                gpus += [
-                    max(0, offered - self._consumed.get(key, 0)) * MILLI // offered
-                    for key, offered in self._slices[slice_name][1]
-                ]
+            gpus = [
+                max(0, offered - self._consumed.get(key, 0)) * MILLI // offered
+                for key, offered in self._devices_of(name)
+            ]
         return self._node_free(name, cpu, memory, held, gpus)
+
+    def _devices_of(self, node: str) -> list[tuple[str, int]]:
+        """(device key, shares offered) of the node's GPUs, in the order the allocator's
+        first fit and the node's free list take them."""
+        return [
+            device
+            for slice_name in sorted(self._slices_on.get(node, ()))
+            for device in self._slices[slice_name][1]
+        ]
 
     def _node_free(self, name: str, cpu: int, memory: int, held: int, gpus: list[int]) -> NodeFree:
         """The node's free resources from what its Pods and claims leave, less what the
@@ -461,12 +469,8 @@ class ClusterView:
         self._known.pop(expected.node, None)
 
     def _places(self, node: str, claim: _Claim) -> set[int]:
-        """The places among the node's GPUs (as `_free` lists them) of a claim's devices."""
-        keys = [
-            key
-            for slice_name in sorted(self._slices_on.get(node, ()))
-            for key, _ in self._slices[slice_name][1]
-        ]
+        """The places among the node's GPUs (`_devices_of`) of a claim's devices."""
+        keys = [key for key, _ in self._devices_of(node)]
         return {keys.index(key) for key, _ in claim.allocated if key in keys}
 
     def _expire(self) -> None:
