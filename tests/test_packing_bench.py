@@ -11,7 +11,15 @@ import pytest
 from bench.packing import report
 from bench.packing.__main__ import RESULTS, configurations, trace_plan
 from bench.packing.offline import jittered, place_all, place_fgd
-from bench.packing.replay import honoured, node_manifest, node_pools, plan_tasks, pod_manifest
+from bench.packing.replay import (
+    CHECKPOINTS,
+    batch_ends,
+    honoured,
+    node_manifest,
+    node_pools,
+    plan_tasks,
+    pod_manifest,
+)
 from bench.packing.trace import (
     ARRIVAL,
     TraceNode,
@@ -317,3 +325,40 @@ def test_in_process_placements_do_not_depend_on_how_fast_the_machine_is(
     prompt = place_all(nodes, tasks, "extender", seed=42)
     monkeypatch.setattr(cluster_view, "EXPECTED_FOR", -1.0)
     assert place_all(nodes, tasks, "extender", seed=42).nodes == prompt.nodes
+
+
+def test_the_replay_creates_the_tasks_arrived_by_each_checkpoint_in_one_batch() -> None:
+    nodes = sample_nodes(NODES, 20)
+    gpus = sum(node.gpus for node in nodes)
+    tasks = workload(TASKS, gpus, seed=42, order="shuffled")
+    ends = batch_ends(tasks, gpus)
+    assert len(ends) == len(CHECKPOINTS) and ends == sorted(ends) and ends[-1] == len(tasks)
+    for checkpoint, end in zip(CHECKPOINTS[:-1], ends, strict=False):
+        arrived = sum((task.demand for task in tasks[:end]), Fraction(0))
+        assert arrived <= checkpoint * gpus < arrived + tasks[end].demand
+
+
+def test_offline_batches_show_the_extender_a_batch_of_pods_before_it_scores_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As live, where the replay creates a tenth of the workload at once and the watch shows
+    every Pod to the extender before kube-scheduler asks about the first."""
+    nodes = sample_nodes(NODES, 20)
+    gpus = sum(node.gpus for node in nodes)
+    tasks = workload(TASKS, gpus, seed=42, order="shuffled")[:300]
+    known_when_scored: list[int] = []
+    prioritize = cluster_view.ClusterView.prioritize
+
+    def counting(view: cluster_view.ClusterView, pod: dict, names: list[str]) -> list:
+        known_when_scored.append(len(view._pods))
+        return prioritize(view, pod, names)
+
+    monkeypatch.setattr(cluster_view.ClusterView, "prioritize", counting)
+    place_all(nodes, tasks, "extender", seed=42)
+    assert known_when_scored[:3] == [1, 2, 3]
+    known_when_scored.clear()
+    place_all(nodes, tasks, "extender", seed=42, batches=True)
+    first = batch_ends(tasks, gpus)[0]
+    assert 1 < first < len(tasks)
+    assert known_when_scored[:first] == [first] * first
+    assert known_when_scored[first] == batch_ends(tasks, gpus)[1]

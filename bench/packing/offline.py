@@ -9,9 +9,10 @@ before the next one arrives. Ties are broken as the extender breaks them (`tie_b
 lowest node name) or, as `extender-random-ties`, at random among the best nodes, as
 kube-scheduler breaks ties between equal totals; `fgd` places the same tasks as the FGD
 paper's simulator would (`place_fgd`), the oracle to compare with on the same workloads.
-Left out, and so what a live replay adds: the scheduler's queue and retries, and the
-watch's lag; `--lag` and `--jitter` model the lag and the order a live cluster takes Pods
-in. A seed takes one to three minutes where a live replay takes 45 to 90, so this gives
+Left out, and so what a live replay adds: the scheduler's queue and retries, the watch's
+lag, and the Pods the watch shows before kube-scheduler reaches them; `--lag`, `--jitter`
+and `--batches` model the lag, the order a live cluster takes Pods in, and the batches the
+replay creates them in. A seed takes one to three minutes where a live replay takes 45 to 90, so this gives
 the ten seeds a live replay cannot; the live replay of one seed checks it
 (docs/performance.md).
 
@@ -49,6 +50,7 @@ from .extender_cost import (
     pod_manifest,
     slice_manifest,
 )
+from .replay import batch_ends
 from .trace import (
     MILLI,
     ORDERS,
@@ -100,12 +102,16 @@ def place_all(
     seed: int,
     shares: int = 100,
     lag: int = 0,
+    batches: bool = False,
 ) -> Placed:
     """Each task arrives, is scored and is bound (or left Pending) before the next.
 
     `lag`: the extender's view learns each binding only once that many more tasks have
     been scored, as a watch that trails kube-scheduler's binding (which fits and binds
-    on the scheduler's own, current view). `policy`: one of POLICIES but `fgd`."""
+    on the scheduler's own, current view). `batches`: the extender's view is shown each
+    batch of Pods (and claims) the live replay creates at once (`replay.batch_ends`)
+    before the first of them is scored, so its typical Pods are learnt from Pods not
+    scored yet. `policy`: one of POLICIES but `fgd`."""
     if policy not in POLICIES or policy == "fgd":
         raise ValueError(
             f"policy {policy!r}: one of {', '.join(p for p in POLICIES if p != 'fgd')}"
@@ -117,7 +123,7 @@ def place_all(
     # view learns where it went, however long the machine takes.
     views = [
         ClusterView(CAPACITY, shares, clock=lambda: 0.0)
-        for _ in range(2 if lag or policy == "extender" else 1)
+        for _ in range(2 if lag or batches or policy == "extender" else 1)
     ]
     for each in views:
         each.replace("nodes", [node_manifest(node) for node in nodes])
@@ -132,14 +138,21 @@ def place_all(
     arrived, placed = Fraction(0), Fraction(0)
     at_100: Fraction | None = None
     where: list[str] = []
+    # Per task, how many tasks the extender's view has been shown once it arrives.
+    ends = list(range(1, len(tasks) + 1))
+    if batches:
+        begin = 0
+        for end in batch_ends(tasks, gpus):
+            ends[begin:end] = [end] * (end - begin)
+            begin = end
+    shown = 0
     for index, task in enumerate(tasks):
-        name = f"task-{index:05d}"
-        claim = f"{name}-gpu" if task.num_gpu else None
-        pod = pod_manifest(name, task, "", claim)
-        for each in views:
-            if claim is not None:
-                each.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
-            each.apply("pods", "ADDED", pod)
+        _, claim, pod = _arriving(index, task)
+        _add(scheduler, claim, pod, task, shares)
+        if view is not scheduler:
+            for ahead in range(shown, ends[index]):
+                _add(view, *_arriving(ahead, tasks[ahead])[1:], tasks[ahead], shares)
+            shown = max(shown, ends[index])
         if policy == "extender":
             scores = view.prioritize(pod, names)
         elif policy == "extender-no-expect":
@@ -166,6 +179,18 @@ def place_all(
     return Placed(
         seed, policy, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where)
     )
+
+
+def _arriving(index: int, task: TraceTask) -> tuple[str, str | None, Manifest]:
+    name = f"task-{index:05d}"
+    claim = f"{name}-gpu" if task.num_gpu else None
+    return name, claim, pod_manifest(name, task, "", claim)
+
+
+def _add(view: ClusterView, claim: str | None, pod: Manifest, task: TraceTask, shares: int) -> None:
+    if claim is not None:
+        view.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
+    view.apply("pods", "ADDED", pod)
 
 
 def _shape(task: TraceTask, memory: bool = True) -> PodShape:
@@ -268,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jitter", type=int, default=0, help="each task moved by less than N places at random"
     )
+    parser.add_argument(
+        "--batches",
+        action="store_true",
+        help="the extender's view sees Pods in the live replay's batches, before scoring them",
+    )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     args = parser.parse_args(argv)
@@ -287,7 +317,14 @@ def main(argv: list[str] | None = None) -> int:
             if policy == "fgd":
                 result = place_fgd(nodes, arrived, tasks, seed)
             else:
-                result = place_all(nodes, arrived, policy, seed, lag=args.lag)
+                result = place_all(
+                    nodes,
+                    arrived,
+                    policy,
+                    seed,
+                    lag=args.lag,
+                    batches=args.batches,
+                )
             print(f"seed {seed}, {POLICIES[policy]}: {result.at_100 * 100:.2f} % at 100 %, "
                   f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
             results.append(result)

@@ -419,6 +419,19 @@ def scheduler_cost(plane: LocalControlPlane) -> dict[str, float]:
     }  # fmt: skip
 
 
+def batch_ends(tasks: Sequence[TraceTask], gpus: int) -> list[int]:
+    """How many of `tasks` are created once each checkpoint's batch is: those that keep
+    the demand arrived within the checkpoint's share of `gpus`, and every task left at the
+    last checkpoint."""
+    ends, submitted, arrived = [], 0, Fraction(0)
+    for checkpoint in CHECKPOINTS:
+        while submitted < len(tasks) and arrived + tasks[submitted].demand <= checkpoint * gpus:
+            arrived += tasks[submitted].demand
+            submitted += 1
+        ends.append(submitted if checkpoint != CHECKPOINTS[-1] else len(tasks))
+    return ends
+
+
 def _replay(
     configuration: Configuration,
     nodes: Sequence[TraceNode],
@@ -448,16 +461,10 @@ def _replay(
         _body(core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
 
     with ThreadPoolExecutor(_CREATORS) as creators:
-        for checkpoint in CHECKPOINTS:
-            batch = []
-            while submitted < len(tasks) and arrived + tasks[submitted].demand <= checkpoint * gpus:
-                arrived += tasks[submitted].demand
-                batch.append(manifests[submitted])
-                submitted += 1
-            if checkpoint == CHECKPOINTS[-1]:
-                batch += manifests[submitted:]
-                arrived += sum((task.demand for task in tasks[submitted:]), Fraction(0))
-                submitted = len(tasks)
+        for end in batch_ends(tasks, gpus):
+            batch = manifests[submitted:end]
+            arrived += sum((task.demand for task in tasks[submitted:end]), Fraction(0))
+            submitted = end
             list(creators.map(create, batch))
             pods = settle(core, submitted)
             placed_on = {
