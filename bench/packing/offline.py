@@ -12,8 +12,8 @@ paper's simulator would (`place_fgd`), the oracle to compare with on the same wo
 Left out, and so what a live replay adds: the scheduler's queue and retries, the watch's
 lag, and the Pods the watch shows before kube-scheduler reaches them; `--lag`, `--jitter`
 and `--batches` model the lag, the order a live cluster takes Pods in, and the batches the
-replay creates them in. A seed takes one to three minutes where a live replay takes 45 to 90, so this gives
-the ten seeds a live replay cannot; the live replay of one seed checks it
+replay creates them in. A seed takes one to three minutes where a live replay takes 45 to
+90, so this gives the ten seeds a live replay cannot; the live replay of one seed checks it
 (docs/performance.md).
 
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
