@@ -147,11 +147,11 @@ def place_all(
             begin = end
     shown = 0
     for index, task in enumerate(tasks):
-        _, claim, pod = _arriving(index, task)
+        claim, pod = _arriving(index, task)
         _add(scheduler, claim, pod, task, shares)
         if view is not scheduler:
             for ahead in range(shown, ends[index]):
-                _add(view, *_arriving(ahead, tasks[ahead])[1:], tasks[ahead], shares)
+                _add(view, *_arriving(ahead, tasks[ahead]), tasks[ahead], shares)
             shown = max(shown, ends[index])
         if policy == "extender":
             scores = view.prioritize(pod, names)
@@ -181,10 +181,11 @@ def place_all(
     )
 
 
-def _arriving(index: int, task: TraceTask) -> tuple[str, str | None, Manifest]:
+def _arriving(index: int, task: TraceTask) -> tuple[str | None, Manifest]:
+    """The task's claim name (None: no GPU) and its Pod."""
     name = f"task-{index:05d}"
     claim = f"{name}-gpu" if task.num_gpu else None
-    return name, claim, pod_manifest(name, task, "", claim)
+    return claim, pod_manifest(name, task, "", claim)
 
 
 def _add(view: ClusterView, claim: str | None, pod: Manifest, task: TraceTask, shares: int) -> None:
