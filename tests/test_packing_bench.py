@@ -336,13 +336,16 @@ def test_the_replay_creates_the_tasks_arrived_by_each_checkpoint_in_one_batch() 
     for checkpoint, end in zip(CHECKPOINTS[:-1], ends, strict=False):
         arrived = sum((task.demand for task in tasks[:end]), Fraction(0))
         assert arrived <= checkpoint * gpus < arrived + tasks[end].demand
+    # Tasks past the last checkpoint's share are created with its batch all the same.
+    beyond = tasks + tasks[:50]
+    assert batch_ends(beyond, gpus) == [*ends[:-1], len(beyond)]
 
 
 def test_offline_batches_show_the_extender_a_batch_of_pods_before_it_scores_the_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """As live, where the replay creates a tenth of the workload at once and the watch shows
-    every Pod to the extender before kube-scheduler asks about the first."""
+    """As live, where the replay creates a batch of the workload at once and the watch shows
+    every Pod of it to the extender before kube-scheduler asks about the first."""
     nodes = sample_nodes(NODES, 20)
     gpus = sum(node.gpus for node in nodes)
     tasks = workload(TASKS, gpus, seed=42, order="shuffled")[:300]

@@ -138,21 +138,17 @@ def place_all(
     arrived, placed = Fraction(0), Fraction(0)
     at_100: Fraction | None = None
     where: list[str] = []
-    # Per task, how many tasks the extender's view has been shown once it arrives.
-    ends = list(range(1, len(tasks) + 1))
-    if batches:
-        begin = 0
-        for end in batch_ends(tasks, gpus):
-            ends[begin:end] = [end] * (end - begin)
-            begin = end
+    # Where each batch the extender's view is shown ends: the replay's, or each task alone.
+    ends = iter(batch_ends(tasks, gpus) if batches else range(1, len(tasks) + 1))
     shown = 0
     for index, task in enumerate(tasks):
         claim, pod = _arriving(index, task)
         _add(scheduler, claim, pod, task, shares)
-        if view is not scheduler:
-            for ahead in range(shown, ends[index]):
+        while view is not scheduler and shown <= index:
+            end = next(ends)
+            for ahead in range(shown, end):
                 _add(view, *_arriving(ahead, tasks[ahead]), tasks[ahead], shares)
-            shown = max(shown, ends[index])
+            shown = end
         if policy == "extender":
             scores = view.prioritize(pod, names)
         elif policy == "extender-no-expect":
