@@ -262,6 +262,33 @@ def test_a_seed_replayed_again_is_shown_by_its_latest_replay_only() -> None:
     assert len(costs) == 1 and "| 222 |" in costs[0], costs
 
 
+def test_replays_of_the_artefact_s_draws_sit_beside_the_paper_s_fgd_on_the_same_seeds() -> None:
+    """The artefact's draws are the paper's own workloads seed for seed; Python's draws are
+    not, so only the former get FGD's figures on just their seeds."""
+
+    def replay(seed: int, order: str) -> dict[str, object]:
+        return {
+            "configuration": "dra-100", "profile": "fgd-extender", "order": order,
+            "seed": seed, "every": 1, "gpus": 6212, "seconds": 60.0,
+            "curve": [[1.0, 0.9, 0, 0], [1.3, 0.9, 0, 0]],
+        }  # fmt: skip
+
+    fgd = report.paper_seeds()["FGD"]
+    records = [replay(43, "artefact"), replay(45, "artefact"), replay(46, "shuffled")]
+
+    lines = report.paper_table(records, 1)
+
+    same = [line for line in lines if "seeds 43, 45" in line]
+    at_100 = [fgd[43][0], fgd[45][0]]
+    at_130 = [fgd[43][1], fgd[45][1]]
+    assert same == [
+        "| FGD (the paper's simulator, the whole trace, seeds 43, 45) | 2 "
+        f"| {report._spread(at_100)} | {report._spread(at_130)} |"
+    ]
+    assert not any("seed 46" in line or "seeds 46" in line for line in lines)
+    assert len(fgd) == 10 and fgd[43] != fgd[45]
+
+
 def test_jitter_moves_each_task_by_less_than_its_width_and_keeps_every_task() -> None:
     tasks = [TraceTask(f"t{index}", 1000, 1024, 1, 500, ()) for index in range(200)]
     moved = jittered(tasks, 10, seed=1)
