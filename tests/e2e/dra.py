@@ -22,6 +22,7 @@ from typing import Any
 import kubernetes.client
 import yaml
 
+from ..procs import wait_until
 from .nodes import Pool, clear_unscheduled_pods, create_nodes, delete_nodes
 from .tools import REPO_ROOT
 
@@ -171,12 +172,43 @@ def create_dra_nodes(api: kubernetes.client.ApiClient, gpus: list[int]) -> list[
     return [node.name for node in nodes]
 
 
+def wait_for_unallocated_claims_of_gone_pods(
+    api: kubernetes.client.ApiClient, keep_namespace: str
+) -> None:
+    """Return once no unallocated ResourceClaim outside `keep_namespace` belongs to a Pod
+    that is gone.
+
+    A busy kube-scheduler may learn of a deleted Pending Pod after the next test's node
+    appears, and try it there: while the Pod's claim exists, it allocates the claim on the
+    new devices before binding fails, and those shares are taken while the test's own Pods
+    are placed. Once the claim is gone, nothing can be allocated for that Pod.
+    """
+    core = kubernetes.client.CoreV1Api(api)
+    resource = kubernetes.client.ResourceV1Api(api)
+
+    def gone() -> bool:
+        claims = resource.list_resource_claim_for_all_namespaces().items
+        pods = {pod.metadata.uid for pod in core.list_pod_for_all_namespaces().items}
+        return not any(
+            claim.metadata.namespace != keep_namespace
+            and not (claim.status and claim.status.allocation)
+            and any(
+                owner.kind == "Pod" and owner.uid not in pods
+                for owner in claim.metadata.owner_references or []
+            )
+            for claim in claims
+        )
+
+    wait_until(gone, timeout=60.0, what="the claims of deleted Pending Pods to go", interval=0.2)
+
+
 @contextmanager
 def dra_nodes(
     api: kubernetes.client.ApiClient, gpus: list[int], namespace: str
 ) -> Iterator[list[str]]:
     """DRA GPU nodes for one test whose Pods live in `namespace`; deleted (with their slices)."""
     clear_unscheduled_pods(api, namespace)
+    wait_for_unallocated_claims_of_gone_pods(api, namespace)
     names = create_dra_nodes(api, gpus)
     try:
         yield names
