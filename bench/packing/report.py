@@ -206,7 +206,8 @@ def paper_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
     rows = []
     # The artefact's draws are the paper's own workloads, seed for seed: FGD on just the seeds
     # replayed is the like-for-like figure, where their few seeds would sit in its spread.
-    fgd = paper_seeds()["FGD"]
+    paper = paper_seeds()
+    fgd = paper["FGD"]
     same_seeds: set[tuple[int, ...]] = set()
     for (scale, profile, name, sequence), items in groups(records).items():
         if scale == every and sequence in ("shuffled", "artefact"):
@@ -228,12 +229,12 @@ def paper_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
             [fgd[seed][0] for seed in seeds],
             [fgd[seed][1] for seed in seeds],
         ))  # fmt: skip
-    for name, pairs in paper_results().items():
+    for name, by_seed in paper.items():
         if name in PAPER_POLICIES:
             rows.append((
                 f"{name} (the paper's simulator, the whole trace)",
-                [at_100 for at_100, _ in pairs],
-                [at_130 for _, at_130 in pairs],
+                [at_100 for at_100, _ in by_seed.values()],
+                [at_130 for _, at_130 in by_seed.values()],
             ))  # fmt: skip
     rows.sort(key=lambda row: -statistics.fmean(row[2]))
     lines = [
