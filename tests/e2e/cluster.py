@@ -236,6 +236,11 @@ class LocalControlPlane:
                 # The service-account token controller signs with the key the API server checks.
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 "--leader-elect=false",
+                # KWOK renews its nodes' leases late when the machine is busy, and a
+                # Running Pod its node lifecycle marks NotReady then stays NotReady for
+                # good: KWOK only readies Pending Pods (kubernetes-sigs/kwok#1464). No
+                # test here is about a node going away; none may fail because one seemed to.
+                "--node-monitor-grace-period=10m",
                 "--bind-address=127.0.0.1",
                 # Nothing scrapes its metrics or health endpoints here.
                 "--secure-port=0",

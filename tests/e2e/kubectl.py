@@ -17,11 +17,16 @@ class Kubectl:
     binary: Path
     kubeconfig: Path
 
-    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run `kubectl ARGS`; a non-zero exit raises with what kubectl said."""
+    def run(
+        self, *args: str, stdin: str | None = None, timeout: float = _TIMEOUT
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `kubectl ARGS`; a non-zero exit raises with what kubectl said.
+
+        `timeout` must outlast any `--timeout` in ARGS, or kubectl's own answer is lost.
+        """
         argv = [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args]
         done = subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, timeout=_TIMEOUT, check=False
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
         )
         if done.returncode != 0:
             raise HarnessError(

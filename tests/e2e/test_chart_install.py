@@ -439,7 +439,10 @@ def test_the_report_exporter_installs_and_reads_the_cluster_with_its_own_rights_
     )  # fmt: skip
 
     # helm's --wait can return before the Deployment's status counts its ready Pod.
-    kubectl_user.run("rollout", "status", f"deployment/{exporter}", "-n", namespace, "--timeout=2m")
+    kubectl_user.run(
+        "rollout", "status", f"deployment/{exporter}", "-n", namespace, "--timeout=2m",
+        timeout=150,
+    )  # fmt: skip
     # Every object accepted as written: the PodMonitor by prometheus-operator's CRD, the
     # exporter's Deployment Ready beside the webhook's.
     manifest = manifest_of(helm, kubectl_user, tmp_path, namespace)
