@@ -14,6 +14,7 @@ from bench.packing.offline import jittered, place_all, place_fgd
 from bench.packing.replay import (
     CHECKPOINTS,
     batch_ends,
+    decided,
     honoured,
     node_manifest,
     node_pools,
@@ -22,6 +23,8 @@ from bench.packing.replay import (
 )
 from bench.packing.trace import (
     ARRIVAL,
+    BATCHES,
+    ONE_AT_A_TIME,
     TraceNode,
     TraceTask,
     read_nodes,
@@ -287,6 +290,70 @@ def test_replays_of_the_artefact_s_draws_sit_beside_the_paper_s_fgd_on_the_same_
     ]
     assert not any("seed 46" in line or "seeds 46" in line for line in lines)
     assert len(fgd) == 10 and fgd[43] != fgd[45]
+
+
+def test_replays_that_made_pods_one_at_a_time_are_shown_apart_from_batched_ones() -> None:
+    def replay(ratio: float, creation: str | None) -> dict[str, object]:
+        record = {
+            "configuration": "dra-100", "profile": "fgd-extender", "order": "artefact",
+            "seed": 42, "every": 1, "gpus": 100, "seconds": 60.0,
+            "curve": [[1.0, ratio, 0, 0], [1.3, ratio, 0, 0]],
+        }  # fmt: skip
+        return record if creation is None else {**record, "creation": creation}
+
+    # Recorded before the choice existed, then again in batches, then one at a time.
+    records = [replay(0.90, None), replay(0.93, BATCHES), replay(0.96, ONE_AT_A_TIME)]
+
+    rows = [line for line in report.table(records, 1) if line.startswith("| dra-100")]
+    assert rows == [
+        "| dra-100 | fgd-extender | artefact, one at a time | 1 | 96.0% | 96.0% | 4 of 100 "
+        "| 0 | 1.0 |",
+        "| dra-100 | fgd-extender | artefact | 1 | 93.0% | 93.0% | 7 of 100 | 0 | 1.0 |",
+    ]
+    paper = [line for line in report.paper_table(records, 1) if "this replay" in line]
+    assert paper == [
+        "| dra-100, fgd-extender profile (this replay, the artefact's draws, Pods one at a "
+        "time) | 1 | 96.0% | 96.0% |",
+        "| dra-100, fgd-extender profile (this replay, the artefact's draws) | 1 | 93.0% | 93.0% |",
+    ]
+
+
+def _scheduled(condition: dict[str, str] | None, node: str = "") -> dict[str, object]:
+    return {
+        "spec": {"nodeName": node} if node else {},
+        "status": {"conditions": [condition] if condition else []},
+    }
+
+
+def _unschedulable(message: str) -> dict[str, str]:
+    return {
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+    }  # fmt: skip
+
+
+def test_a_pod_is_decided_once_bound_or_without_room_but_not_while_its_claim_is_missing() -> None:
+    """What the replay waits for before the next Pod, one at a time, and at each checkpoint.
+    The messages are kube-scheduler's (v1.37.2): FitError.Error in framework/types.go, the
+    DynamicResources plugin's PreFilter and Filter, dynamic-resource-allocation's
+    ErrClaimNotFound."""
+    room = (
+        "0/1213 nodes are available: 1213 cannot allocate all claims. preemption: 0/1213 "
+        "nodes are available: 1213 Preemption is not helpful for scheduling."
+    )
+    claim_missing = (
+        '0/1213 nodes are available: pod "trace/task-00007": ResourceClaim not created yet.'
+    )
+    claim_unseen = (
+        "0/1213 nodes are available: "
+        'resourceclaim.resource.k8s.io "task-00007-gpu-x2b7c" not found.'
+    )
+
+    assert decided(_scheduled(None, node="openb-node-0001"))
+    assert decided(_scheduled(_unschedulable(room)))
+    assert not decided(_scheduled(_unschedulable(claim_missing)))
+    assert not decided(_scheduled(_unschedulable(claim_unseen)))
+    # Not tried yet: no condition at all.
+    assert not decided(_scheduled(None))
 
 
 def test_jitter_moves_each_task_by_less_than_its_width_and_keeps_every_task() -> None:

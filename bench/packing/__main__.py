@@ -2,6 +2,8 @@
 
     python -m bench.packing run --every 5 --seeds 42,43,44      # a sampled cluster
     python -m bench.packing run --every 1 --seeds 42 --only dra-100
+    python -m bench.packing run --every 1 --seeds 42 --only dra-100 --profiles fgd-extender \
+        --orders artefact --one-at-a-time                        # as the FGD simulator schedules
     python -m bench.packing report                              # table and plots
 
 `run` appends one JSON line per replay to bench/packing/results/replays.jsonl; `report`
@@ -24,7 +26,16 @@ from tests.e2e import tools
 
 from . import report
 from .replay import PROFILES, Configuration, replay
-from .trace import ORDERS, TASKS_CSV, read_nodes, read_tasks, sample_nodes, workload
+from .trace import (
+    BATCHES,
+    ONE_AT_A_TIME,
+    ORDERS,
+    TASKS_CSV,
+    read_nodes,
+    read_tasks,
+    sample_nodes,
+    workload,
+)
 
 RESULTS = Path(__file__).parent / "results" / "replays.jsonl"
 
@@ -109,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         result = replay(
             configuration, profile, seed, args.every, nodes, arrived, binaries, nginx,
             log=lambda line: print(line, flush=True), order=order,
+            creation=ONE_AT_A_TIME if args.one_at_a_time else BATCHES,
         )  # fmt: skip
         record = {**asdict(result), "started": began, "load": report.load()}
         with results.open("a") as file:
@@ -129,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         default="arrival",
         help="the tasks' orders, comma-separated: arrival (the trace's), shuffled (the FGD "
         "artefact's, --shuffle-pod=true)",
+    )
+    runner.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="create each Pod once the scheduler has decided the one before, as the FGD "
+        "artefact's simulator schedules, instead of each checkpoint's Pods at once",
     )
     runner.add_argument("--results", default=str(RESULTS), help="the JSON lines file to append to")
     commands.add_parser("report", help="write docs/performance.md's packing section and plots")

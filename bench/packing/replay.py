@@ -3,9 +3,10 @@
 The cluster is the end-to-end suite's: the real kube-apiserver, controller-manager and
 kube-scheduler, KWOK playing the kubelets, CastSlice served as in production (nginx TLS
 in front of functions-framework) and registered as `castslice webhook` generates it.
-Tasks are created in arrival order, many at once; at each checkpoint of arrived GPU
-demand the replay waits until the scheduler has decided every Pod (bound, or marked
-unschedulable) and counts what is placed.
+Tasks are created in their order, a checkpoint's batch at once (`BATCHES`) or each only
+once the scheduler has decided the one before (`ONE_AT_A_TIME`, as the FGD artefact's
+simulator schedules); at each checkpoint of arrived GPU demand the replay waits until the
+scheduler has decided every Pod (bound, or marked unschedulable) and counts what is placed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from tests.e2e.registration import register_and_wait
 from tests.e2e.tools import KubeBinaries
 from tests.procs import HarnessError, wait_until
 
-from .trace import MILLI, TraceNode, TraceTask
+from .trace import BATCHES, CREATIONS, MILLI, ONE_AT_A_TIME, TraceNode, TraceTask
 
 REPO = Path(__file__).resolve().parents[2]
 BIN_PACKING = REPO / "infra" / "scheduler" / "bin-packing.yaml"
@@ -58,7 +59,16 @@ NAMESPACE = "trace"
 # The node label a task's gpu_spec selects by: GPU Feature Discovery's product label.
 MODEL_LABEL = "nvidia.com/gpu.product"
 CHECKPOINTS = tuple(Fraction(n, 10) for n in (2, 4, 6, 8, 9, 10, 11, 12, 13))
+# Pods created at once, a checkpoint's batch at a time.
 _CREATORS = 12
+# A Pod's own claim not made, or not yet seen by the scheduler, or another Pod's allocation
+# in flight: the scheduler tries that Pod again on its own, and it is not decided yet.
+_NOT_YET = ("not created yet", "not found", "in the process of being allocated")
+_DECIDE_TIMEOUT = 300.0
+# One at a time, nothing is ever freed, so a Pod found unschedulable stays so: the
+# scheduler's retries of them every five minutes (its default) would only put thousands
+# of hopeless attempts ahead of each new Pod.
+_ONE_AT_A_TIME_SCHEDULER_FLAGS = ("--pod-max-in-unschedulable-pods-duration=24h",)
 # The controller-manager makes each Pod's ResourceClaim and the scheduler binds it; at their
 # default rates (20 and 50 requests a second) ten thousand Pods take a quarter of an hour.
 _CLIENT_QPS = 300
@@ -106,6 +116,8 @@ class Result:
     settings: dict[str, str] = field(default_factory=dict)
     # The tasks' order: the trace's arrival order, or shuffled as the FGD artefact runs it.
     order: str = "arrival"
+    # How the Pods were created: one of CREATIONS.
+    creation: str = BATCHES
     # With the extender: its prioritize calls, seconds spent in them, CPU seconds, peak RSS.
     extender: dict[str, float] = field(default_factory=dict)
     # kube-scheduler's own: CPU seconds, peak RSS, and its attempts that scheduled a Pod
@@ -286,14 +298,29 @@ def apply_claim_templates(
 
 
 def decided(pod: dict[str, Any]) -> bool:
+    """Bound, or found unschedulable for want of room rather than of its claim."""
     if (pod.get("spec") or {}).get("nodeName"):
         return True
     return any(
         c.get("type") == "PodScheduled"
         and c.get("status") == "False"
         and c.get("reason") == "Unschedulable"
+        and not any(words in (c.get("message") or "") for words in _NOT_YET)
         for c in (pod.get("status") or {}).get("conditions") or []
     )
+
+
+def until_decided(core: kubernetes.client.CoreV1Api, name: str) -> None:
+    """Wait until the scheduler has decided Pod `name`: bound, or found unschedulable."""
+    interval, deadline = 0.005, time.monotonic() + _DECIDE_TIMEOUT
+    while True:
+        answer = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
+        if decided(json.loads(_body(answer))):
+            return
+        if time.monotonic() > deadline:
+            raise HarnessError(f"Pod {name}: not decided after {_DECIDE_TIMEOUT:.0f} s")
+        time.sleep(interval)
+        interval = min(interval * 1.5, 0.05)
 
 
 def settle(core: kubernetes.client.CoreV1Api, expected: int) -> list[dict[str, Any]]:
@@ -344,11 +371,14 @@ def replay(
     nginx: Path,
     log: Callable[[str], None] = print,
     order: str = "arrival",
+    creation: str = BATCHES,
 ) -> Result:
+    if creation not in CREATIONS:
+        raise ValueError(f"creation {creation!r}: one of {', '.join(CREATIONS)}")
     gpus = sum(node.gpus for node in nodes)
     result = Result(
         configuration.name, profile, seed, every, len(nodes), gpus, len(tasks),
-        settings=configuration.settings, order=order,
+        settings=configuration.settings, order=order, creation=creation,
     )  # fmt: skip
     started = time.monotonic()
     pools = node_pools(configuration, nodes, tasks)
@@ -366,8 +396,11 @@ def replay(
             stack.callback(extender.stop)
             scheduler_config = profile_for(extender.url, workdir)
         plane = stack.enter_context(
-            LocalControlPlane(binaries, scheduler_config=scheduler_config, client_qps=_CLIENT_QPS)
-        )
+            LocalControlPlane(
+                binaries, scheduler_config=scheduler_config, client_qps=_CLIENT_QPS,
+                scheduler_flags=_ONE_AT_A_TIME_SCHEDULER_FLAGS if creation == ONE_AT_A_TIME else (),
+            )
+        )  # fmt: skip
         server = stack.enter_context(CastSliceServer(nginx, configuration.settings))
         if extender is not None:
             extender.start(plane.kubeconfig)
@@ -465,7 +498,12 @@ def _replay(
             batch = manifests[submitted:end]
             arrived += sum((task.demand for task in tasks[submitted:end]), Fraction(0))
             submitted = end
-            list(creators.map(create, batch))
+            if result.creation == ONE_AT_A_TIME:
+                for body in batch:
+                    create(body)
+                    until_decided(core, body["metadata"]["name"])
+            else:
+                list(creators.map(create, batch))
             pods = settle(core, submitted)
             placed_on = {
                 pod["metadata"]["name"]: pod["spec"]["nodeName"]

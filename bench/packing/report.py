@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .trace import BATCHES
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "performance.md"
 IMAGES = REPO / "docs" / "images"
@@ -71,14 +73,25 @@ def order(record: dict[str, Any]) -> str:
     return str(record.get("order", "arrival"))
 
 
+def creation(record: dict[str, Any]) -> str:
+    """How a replay created its Pods; replays recorded before there was a choice: batches."""
+    return str(record.get("creation", BATCHES))
+
+
+def sequence(record: dict[str, Any]) -> str:
+    """The order the tasks came in, as the tables name it: the tasks' order, and how the
+    Pods were created where not in batches."""
+    return order(record) + ("" if creation(record) == BATCHES else f", {creation(record)}")
+
+
 def groups(
     records: Sequence[dict[str, Any]],
 ) -> dict[tuple[int, str, str, str], list[dict[str, Any]]]:
-    """Replays by (every, profile, configuration, order), a seed replayed again counted once:
-    its latest replay, which ran the code as it is (results are appended as they end)."""
+    """Replays by (every, profile, configuration, sequence), a seed replayed again counted
+    once: its latest replay, which ran the code as it is (results are appended as they end)."""
     latest: dict[tuple[int, str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for record in records:
-        key = (record["every"], record["profile"], record["configuration"], order(record))
+        key = (record["every"], record["profile"], record["configuration"], sequence(record))
         latest[key][record["seed"]] = record
     return {key: list(seeds.values()) for key, seeds in latest.items()}
 
@@ -209,16 +222,18 @@ def paper_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
     paper = paper_seeds()
     fgd = paper["FGD"]
     same_seeds: set[tuple[int, ...]] = set()
-    for (scale, profile, name, sequence), items in groups(records).items():
-        if scale == every and sequence in ("shuffled", "artefact"):
-            draws = "the artefact's draws" if sequence == "artefact" else "Python's draws"
+    for (scale, profile, name, _), items in groups(records).items():
+        tasks = order(items[0])
+        if scale == every and tasks in ("shuffled", "artefact"):
+            draws = "the artefact's draws" if tasks == "artefact" else "Python's draws"
+            made = "" if creation(items[0]) == BATCHES else f", Pods {creation(items[0])}"
             rows.append((
-                f"{name}, {profile} profile (this replay, {draws})",
+                f"{name}, {profile} profile (this replay, {draws}{made})",
                 [at(record, 1.0)[0] for record in items],
                 [at(record, 1.3)[0] for record in items],
             ))  # fmt: skip
             seeds = tuple(sorted(record["seed"] for record in items))
-            if sequence == "artefact" and len(seeds) < len(fgd) and set(seeds) <= set(fgd):
+            if tasks == "artefact" and len(seeds) < len(fgd) and set(seeds) <= set(fgd):
                 same_seeds.add(seeds)
     if not rows:
         return []
@@ -258,7 +273,7 @@ def cost_table(records: Sequence[dict[str, Any]], every: int) -> list[str]:
             continue
         calls = extender.get("calls") or 0
         rows.append(
-            f"| {record['configuration']} | {record['profile']} | {order(record)} "
+            f"| {record['configuration']} | {record['profile']} | {sequence(record)} "
             f"| {record['seed']} "
             + (
                 f"| {scheduler['attempts']:.0f} | {scheduler['attempt_mean'] * 1000:.0f} ms "

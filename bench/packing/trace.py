@@ -35,6 +35,11 @@ TASKS_CSV = DATA / "openb_pod_list_default.csv"
 ARRIVAL = Fraction(13, 10)
 MILLI = 1000
 ORDERS = ("arrival", "shuffled", "artefact")
+# How a replay creates the tasks' Pods: each checkpoint's at once, or each once the
+# scheduler has decided the one before (as the FGD artefact's simulator schedules).
+BATCHES = "batches"
+ONE_AT_A_TIME = "one at a time"
+CREATIONS = (BATCHES, ONE_AT_A_TIME)
 ARTEFACT_DRAW = Path(__file__).parent / "artefact_draw"
 
 

@@ -16,7 +16,7 @@ import ssl
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,13 +56,16 @@ class LocalControlPlane:
         workdir: Path | None = None,
         scheduler_config: Path | None = None,
         client_qps: int | None = None,
+        scheduler_flags: Sequence[str] = (),
     ) -> None:
         """`scheduler_config`: a KubeSchedulerConfiguration (its profiles) for kube-scheduler,
         as a cluster admin ships it; without one the scheduler runs its default profile.
         `client_qps`: the API request rate the controller-manager and the scheduler may use
         (bursts of twice as many), instead of their defaults (20 and 50 a second), for
-        clusters of thousands of Pods; it changes how fast they act, not what they do."""
+        clusters of thousands of Pods; it changes how fast they act, not what they do.
+        `scheduler_flags`: more command-line flags for kube-scheduler."""
         self.binaries = binaries
+        self.scheduler_flags = tuple(scheduler_flags)
         self.scheduler_config = scheduler_config
         self.client_qps = client_qps
         self._owns_workdir = workdir is None
@@ -268,7 +271,9 @@ class LocalControlPlane:
             # With --config the scheduler ignores --kubeconfig and --leader-elect: the file
             # must say both, so the shipped profiles get this cluster's connection added.
             connection = [f"--config={self._scheduler_config_file(kubeconfig)}"]
-        return self._scheduler_process("kube-scheduler", connection, self.workdir / "scheduler")
+        return self._scheduler_process(
+            "kube-scheduler", [*connection, *self.scheduler_flags], self.workdir / "scheduler"
+        )
 
     def scheduler_metrics(self) -> str:
         """kube-scheduler's /metrics text (its self-signed certificate is not checked)."""
