@@ -61,8 +61,8 @@ MODEL_LABEL = "nvidia.com/gpu.product"
 CHECKPOINTS = tuple(Fraction(n, 10) for n in (2, 4, 6, 8, 9, 10, 11, 12, 13))
 # Pods created at once, a checkpoint's batch at a time.
 _CREATORS = 12
-# A Pod's own claim not made, or not yet seen by the scheduler, or another Pod's allocation
-# in flight: the scheduler tries that Pod again on its own, and it is not decided yet.
+# A Pod's claim not made yet, not seen by the scheduler yet, or still being allocated: the
+# scheduler tries that Pod again once it is, so the Pod is not decided yet.
 _NOT_YET = ("not created yet", "not found", "in the process of being allocated")
 _DECIDE_TIMEOUT = 300.0
 # One at a time, nothing is ever freed, so a Pod found unschedulable stays so: the
