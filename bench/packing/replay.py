@@ -312,15 +312,18 @@ def decided(pod: dict[str, Any]) -> bool:
 
 def until_decided(core: kubernetes.client.CoreV1Api, name: str) -> None:
     """Wait until the scheduler has decided Pod `name`: bound, or found unschedulable."""
-    interval, deadline = 0.005, time.monotonic() + _DECIDE_TIMEOUT
-    while True:
+
+    def read() -> dict[str, Any]:
         answer = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
-        if decided(json.loads(_body(answer))):
-            return
-        if time.monotonic() > deadline:
-            raise HarnessError(f"Pod {name}: not decided after {_DECIDE_TIMEOUT:.0f} s")
-        time.sleep(interval)
-        interval = min(interval * 1.5, 0.05)
+        pod: dict[str, Any] = json.loads(_body(answer))
+        return pod
+
+    wait_until(
+        lambda: decided(read()),
+        timeout=_DECIDE_TIMEOUT,
+        what=f"the scheduler to decide Pod {name}",
+        interval=0.02,
+    )
 
 
 def settle(core: kubernetes.client.CoreV1Api, expected: int) -> list[dict[str, Any]]:
