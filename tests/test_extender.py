@@ -437,3 +437,21 @@ def test_an_unsynced_view_answers_unavailable() -> None:
     extender = Extender(_view(), ready=lambda: False)
     status, _ = extender.prioritize(b"{}")
     assert status == 503
+
+
+def test_the_pod_asked_about_counts_among_the_typical_pods_though_the_watch_trails() -> None:
+    # The watch shows the newcomer as it was created (no claim made yet): kube-scheduler's
+    # copy names its claim, a third of a GPU where every other Pod asks for half of one.
+    trailing, current = _view(), _view()
+    for view in (trailing, current):
+        view.apply("resourceclaims", "ADDED", _claim("third", 33))
+    trailing.apply("pods", "ADDED", _pod("newcomer-2", None))
+    current.apply("pods", "ADDED", _pod("newcomer-2", "third"))
+    args = {"Pod": _pod("newcomer-2", "third"), "NodeNames": ["empty", "half"]}
+    answers = [
+        Extender(view, ready=lambda: True).prioritize(json.dumps(args).encode())
+        for view in (trailing, current)
+    ]
+    assert answers[0] == answers[1]
+    third = PodShape(1000, 330, 1, (), GIB)
+    assert dict(trailing.typical()).get(third) == pytest.approx(1 / 3)

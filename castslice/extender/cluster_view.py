@@ -634,9 +634,17 @@ class ClusterView:
         counted on the best of them until the watch shows where it went (`_Expected`),
         since kube-scheduler takes the best total and the extender's is the only score
         the shipped profile leaves that tells nodes apart."""
+        read = self._read_pod(pod)
         with self._lock:
             # A Pod tried again is scored without its own earlier expectation.
             self._forget_expected(_uid(pod))
+            # The watch often trails kube-scheduler by the very Pod it asks about (its claim
+            # statuses not shown yet). Scored without it, the typical Pods would be learnt
+            # from one Pod fewer or not depending on that race, which moves where the next
+            # relearning falls and so the scores: the Pod as kube-scheduler sends it counts.
+            known = self._pods.get(_uid(pod))
+            if known is None or (known.shape is None and known.claims != read.claims):
+                self._apply("pods", "MODIFIED", pod)
         scored = tie_broken(self.scores(pod, node_names))
         best = max(scored, key=lambda item: item[1], default=None)
         if best is not None and best[1] > 0:
