@@ -440,18 +440,23 @@ def test_an_unsynced_view_answers_unavailable() -> None:
 
 
 def test_the_pod_asked_about_counts_among_the_typical_pods_though_the_watch_trails() -> None:
-    # The watch shows the newcomer as it was created (no claim made yet): kube-scheduler's
-    # copy names its claim, a third of a GPU where every other Pod asks for half of one.
+    # The watch shows the newcomer as it was created: its template named, no claim made
+    # from it yet (no `resourceClaimStatuses`). kube-scheduler's copy names its claim, a
+    # quarter of a GPU where every other Pod asks for half of one.
     trailing, current = _view(), _view()
     for view in (trailing, current):
-        view.apply("resourceclaims", "ADDED", _claim("third", 33))
-    trailing.apply("pods", "ADDED", _pod("newcomer-2", None))
-    current.apply("pods", "ADDED", _pod("newcomer-2", "third"))
-    args = {"Pod": _pod("newcomer-2", "third"), "NodeNames": ["empty", "half"]}
+        view.apply("resourceclaims", "ADDED", _claim("quarter", 25))
+    created = _pod("newcomer-2", "quarter")
+    del created["status"]["resourceClaimStatuses"]
+    trailing.apply("pods", "ADDED", created)
+    quarter = PodShape(1000, 250, 1, (), GIB)
+    # Read as the watch left it, before kube-scheduler asks.
+    assert quarter not in dict(trailing.typical())
+    current.apply("pods", "ADDED", _pod("newcomer-2", "quarter"))
+    args = {"Pod": _pod("newcomer-2", "quarter"), "NodeNames": ["empty", "half"]}
     answers = [
         Extender(view, ready=lambda: True).prioritize(json.dumps(args).encode())
         for view in (trailing, current)
     ]
     assert answers[0] == answers[1]
-    third = PodShape(1000, 330, 1, (), GIB)
-    assert dict(trailing.typical()).get(third) == pytest.approx(1 / 3)
+    assert dict(trailing.typical()).get(quarter) == pytest.approx(1 / 3)

@@ -634,15 +634,15 @@ class ClusterView:
         counted on the best of them until the watch shows where it went (`_Expected`),
         since kube-scheduler takes the best total and the extender's is the only score
         the shipped profile leaves that tells nodes apart."""
-        read = self._read_pod(pod)
+        uid, read = _uid(pod), self._read_pod(pod)
         with self._lock:
             # A Pod tried again is scored without its own earlier expectation.
-            self._forget_expected(_uid(pod))
+            self._forget_expected(uid)
             # The watch often trails kube-scheduler by the very Pod it asks about (its claim
             # statuses not shown yet). Scored without it, the typical Pods would be learnt
             # from one Pod fewer or not depending on that race, which moves where the next
             # relearning falls and so the scores: the Pod as kube-scheduler sends it counts.
-            known = self._pods.get(_uid(pod))
+            known = self._pods.get(uid)
             if known is None or (known.shape is None and known.claims != read.claims):
                 self._apply("pods", "MODIFIED", pod)
         scored = tie_broken(self.scores(pod, node_names))
