@@ -634,7 +634,7 @@ class ClusterView:
         counted on the best of them until the watch shows where it went (`_Expected`),
         since kube-scheduler takes the best total and the extender's is the only score
         the shipped profile leaves that tells nodes apart."""
-        uid, read = _uid(pod), self._read_pod(pod)
+        uid = _uid(pod)
         with self._lock:
             # A Pod tried again is scored without its own earlier expectation.
             self._forget_expected(uid)
@@ -643,7 +643,9 @@ class ClusterView:
             # from one Pod fewer or not depending on that race, which moves where the next
             # relearning falls and so the scores: the Pod as kube-scheduler sends it counts.
             known = self._pods.get(uid)
-            if known is None or (known.shape is None and known.claims != read.claims):
+            if known is None or (
+                known.shape is None and known.claims != self._read_pod(pod).claims
+            ):
                 self._apply("pods", "MODIFIED", pod)
         scored = tie_broken(self.scores(pod, node_names))
         best = max(scored, key=lambda item: item[1], default=None)
