@@ -10,8 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from castslice.backends import SETTING_CHOICES, backend_class
-from castslice.settings import chart_values as chart
+from castslice.backends import SETTING_CHOICES, foreign_profiles, placer_class
 from castslice.settings.config import (
     DEFAULT_PRESETS,
     MEMORY_UNITS,
@@ -30,6 +29,7 @@ from castslice.settings.names import (
 from castslice.settings.rules import Policy
 from castslice.settings.table import (
     BACKEND,
+    GPU_MEMORY,
     GPU_RESOURCE,
     MAX_SLICE_RATIO,
     SCHEDULER_NAME,
@@ -55,7 +55,9 @@ DEVELOPMENT_VARIABLES = (
     "CASTSLICE_FUZZ_EXAMPLES",
     "CASTSLICE_KUBE_CACHE",
     "CASTSLICE_HELM_CACHE",
+    "CASTSLICE_TOOLKIT_CACHE",
     "CASTSLICE_CLOUD_BUILD_STEP",
+    "CASTSLICE_ARTEFACT_DRAW",
 )
 KNOWN_SETTINGS = tuple(entry.variable for entry in SETTINGS if entry.in_environment)
 # What the kubelet sets for each Service in a Pod's namespace (enableServiceLinks, on by
@@ -149,7 +151,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
             )
     backend = read(BACKEND)
     gpu = read(GPU_RESOURCE)
-    shared = read("CASTSLICE_SHARED_RESOURCE", backend_class(backend).default_shared_resource(gpu))
+    shared = read("CASTSLICE_SHARED_RESOURCE", placer_class(backend).default_shared_resource(gpu))
     if shared == gpu:
         raise ConfigError(
             f"CASTSLICE_SHARED_RESOURCE and CASTSLICE_GPU_RESOURCE are both {gpu!r}; "
@@ -174,6 +176,8 @@ def load_config(environ: Mapping[str, str]) -> Config:
         dra_device_class=read("CASTSLICE_DRA_DEVICE_CLASS"),
         dra_capacity=read("CASTSLICE_DRA_CAPACITY"),
         dra_gpu_memory=read("CASTSLICE_DRA_GPU_MEMORY"),
+        gpu_memory=read(GPU_MEMORY),
+        gpu_memory_enforced_only=read("CASTSLICE_GPU_MEMORY_ENFORCED_ONLY"),
         scheduler_name=read(SCHEDULER_NAME),
         mig_gpu_models=read("CASTSLICE_MIG_GPU_MODELS"),
         mig_profiles=read("CASTSLICE_MIG_PROFILES"),
@@ -181,7 +185,11 @@ def load_config(environ: Mapping[str, str]) -> Config:
         mig_fit=read("CASTSLICE_MIG_FIT"),
         mig_whole_gpu=read("CASTSLICE_MIG_WHOLE_GPU"),
         mig_time_shared_clients=read("CASTSLICE_MIG_TIME_SHARED_CLIENTS"),
+        mig_product_names=read("CASTSLICE_MIG_PRODUCT_NAMES") or {},
     )
+    refusal = foreign_profiles(config)
+    if refusal is not None:
+        raise ConfigError(refusal)
     if config.metrics:
         _refuse_on_serverless(environ)
     _refuse_what_the_backend_cannot_take(read, backend)
@@ -192,7 +200,7 @@ def _refuse_what_the_backend_cannot_take(read: _Reader, backend: str) -> None:
     for entry in SETTINGS:
         if entry.backend_refusal is None or read.read.get(entry.variable) is None:
             continue
-        refusal = getattr(backend_class(backend), entry.backend_refusal)
+        refusal = getattr(placer_class(backend), entry.backend_refusal)
         if refusal:
             raise ConfigError(f"{entry.variable} is set, but with {BACKEND}={backend} {refusal}")
 
@@ -287,8 +295,20 @@ def choices(entry: Setting) -> tuple[str, ...]:
 
 def _choice(read: _Reader, entry: Setting, value: str) -> str:
     if value.strip() not in choices(entry):
-        raise ConfigError(f"{entry.variable}={value!r} must be one of: {', '.join(choices(entry))}")
+        raise ConfigError(
+            f"{entry.variable}={value!r} must be one of: {', '.join(choices(entry))}"
+            + _did_you_mean(value.strip(), choices(entry))
+        )
     return value.strip()
+
+
+def _did_you_mean(given: str, allowed: tuple[str, ...]) -> str:
+    """`; did you mean H200?` for `h200`, or nothing where no choice is near. A choice inside
+    what was given is no answer: a GH200 is not an H200."""
+    same = [choice for choice in allowed if choice.casefold() == given.casefold()]
+    close = difflib.get_close_matches(given, allowed, n=3, cutoff=0.75)
+    near = same or [c for c in close if c.casefold() not in given.casefold()]
+    return f"; did you mean {near[0]}?" if near else ""
 
 
 def _some_choices(read: _Reader, entry: Setting, value: str) -> tuple[str, ...]:
@@ -297,12 +317,38 @@ def _some_choices(read: _Reader, entry: Setting, value: str) -> tuple[str, ...]:
     for item in (item.strip() for item in value.split(",")):
         if item not in allowed:
             raise ConfigError(
-                f"{entry.variable}: {item!r} is not one of: {', '.join(allowed)} (comma-separated)"
+                f"{entry.variable}: {item!r} is not one of: {', '.join(allowed)} "
+                f"(comma-separated){_did_you_mean(item, allowed)}"
             )
         if item in chosen:
             raise ConfigError(f"{entry.variable}: {item} is listed twice")
         chosen.append(item)
     return tuple(chosen)
+
+
+def _product_names(read: _Reader, entry: Setting, value: str) -> dict[str, tuple[str, ...]]:
+    """MODEL=NAME entries: more names a model's boards report (NVML's name, or GPU Feature
+    Discovery's `nvidia.com/gpu.product`), each given to one model."""
+    models = choices(entry)
+    found: dict[str, tuple[str, ...]] = {}
+    owner: dict[str, str] = {}
+    for item in value.split(","):
+        model, equals, name = (part.strip() for part in item.partition("="))
+        if not equals or not name or any(c in name for c in "\t\n\r"):
+            raise ConfigError(
+                f"{entry.variable}: entry {item.strip()!r} is not of the form MODEL=NAME, "
+                "as in H200=NVIDIA H200 NVL"
+            )
+        if model not in models:
+            raise ConfigError(
+                f"{entry.variable}: {model!r} is not one of: {', '.join(models)}"
+                + _did_you_mean(model, models)
+            )
+        if name in owner:
+            raise ConfigError(f"{entry.variable}: {name!r} is given to {owner[name]} already")
+        owner[name] = model
+        found[model] = (*found.get(model, ()), name)
+    return found
 
 
 def _counts(read: _Reader, entry: Setting, value: str) -> tuple[int, ...]:
@@ -414,52 +460,29 @@ def _not_in_the_environment(read: _Reader, entry: Setting, value: str) -> None:
     raise AssertionError(f"{entry.variable} is read by its own code, not the table's parsers")
 
 
-Schema = Callable[[Setting, int | None, tuple[str, ...]], dict[str, Any]]
-TemplateLines = Callable[[Setting], list[str]]
-
-
 @dataclass(frozen=True)
 class SettingKind:
-    """Everything that depends on a setting's kind, in one place: how its variable is read,
-    and for a kind the chart sets, what its value may be (JSON Schema), how a template
-    writes it back as the variable's text, how it checks a bound by another setting and
-    what else the schema cannot state, and the command line's placeholder for it."""
+    """How a setting of a kind is read from its variable, and the command line's placeholder
+    for it. What the chart makes of the kind is beside it in
+    castslice.render.chart_values.CHART_KINDS, which the webhook never loads."""
 
     parse: Callable[[_Reader, Setting, str], Any]
-    schema: Schema | None = None
-    chart_text: TemplateLines = chart.string_text
-    bound_check: TemplateLines | None = None
-    chart_checks: TemplateLines | None = None
     metavar: str = "NAME"
 
 
 KINDS: dict[Kind, SettingKind] = {
-    Kind.CHOICE: SettingKind(_choice, chart.choice_schema),
-    Kind.CHOICES: SettingKind(
-        _some_choices, chart.choices_schema, chart.choices_text, metavar="NAME,..."
-    ),
-    Kind.COUNT: SettingKind(
-        _count, chart.count_schema, chart.count_text, chart.count_bound, metavar="N"
-    ),
-    Kind.COUNTS: SettingKind(
-        _counts, chart.counts_schema, chart.counts_text, chart.counts_bound, metavar="M,..."
-    ),
-    Kind.RESOURCE: SettingKind(
-        _extended_resource, chart.resource_schema, chart_checks=chart.resource_checks
-    ),
-    Kind.PRESETS: SettingKind(
-        _presets,
-        chart.presets_schema,
-        chart.presets_text,
-        chart.presets_bound,
-        chart.presets_checks,
-        metavar="T=N,...",
-    ),
-    Kind.PATH_TOKEN: SettingKind(_path_token, chart.path_token_schema),
-    Kind.BOOLEAN: SettingKind(_boolean, chart.boolean_schema, chart.boolean_text),
-    Kind.DNS_SUBDOMAIN: SettingKind(_device_class, chart.dns_subdomain_schema),
-    Kind.CAPACITY: SettingKind(_capacity_name, chart.capacity_schema),
-    Kind.MEMORY: SettingKind(_gpu_memory, chart.memory_schema, metavar="QUANTITY"),
+    Kind.CHOICE: SettingKind(_choice),
+    Kind.CHOICES: SettingKind(_some_choices, metavar="NAME,..."),
+    Kind.COUNT: SettingKind(_count, metavar="N"),
+    Kind.COUNTS: SettingKind(_counts, metavar="M,..."),
+    Kind.RESOURCE: SettingKind(_extended_resource),
+    Kind.PRESETS: SettingKind(_presets, metavar="T=N,..."),
+    Kind.PRODUCT_NAMES: SettingKind(_product_names, metavar="MODEL=NAME,..."),
+    Kind.PATH_TOKEN: SettingKind(_path_token),
+    Kind.BOOLEAN: SettingKind(_boolean),
+    Kind.DNS_SUBDOMAIN: SettingKind(_device_class),
+    Kind.CAPACITY: SettingKind(_capacity_name),
+    Kind.MEMORY: SettingKind(_gpu_memory, metavar="QUANTITY"),
     Kind.POLICY: SettingKind(_not_in_the_environment),
-    Kind.NAMESPACES: SettingKind(_not_in_the_environment, chart.namespaces_schema),
+    Kind.NAMESPACES: SettingKind(_not_in_the_environment),
 }

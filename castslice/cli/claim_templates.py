@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from castslice.backends import backend_for
-from castslice.backends.base import ClaimTemplates
+from castslice.backends.roles import ClaimTemplates
+from castslice.backends.tools import templates_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.flags import config_from
 from castslice.render.webhook_configuration import to_yaml
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     for namespace in args.namespace:
         if not is_dns_label(namespace):
             raise CommandError(f"--namespace {namespace!r} is not a namespace name")
-    templates = backend_for(config).claim_templates()
+    templates = templates_for(config).claim_templates()
     if templates is None:
         raise CommandError(
             f"CASTSLICE_BACKEND is {config.backend}, whose Pods claim no devices; "

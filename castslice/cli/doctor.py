@@ -15,12 +15,12 @@ import kubernetes.config
 import yaml
 
 from castslice import __version__
-from castslice.backends import backend_for
+from castslice.backends.tools import node_checks_for
 from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
 from castslice.cli.flags import config_from
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.contract.findings import Result, summary, symbols_for, text_line, to_json
-from castslice.inspect.checks import run_checks
+from castslice.inspect.doctor import run_checks
 from castslice.render.webhook_configuration import RegistrationError
 from castslice.settings.config import Config
 
@@ -146,7 +146,7 @@ def _server_version(cluster: Cluster) -> str:
 
 def _print_text(server: str, version: str, config: Config, results: list[Result]) -> None:
     symbols = symbols_for(sys.stdout.encoding)
-    backend = backend_for(config).describe()
+    backend = node_checks_for(config).describe()
     print(f"castslice doctor: {server} (Kubernetes {version}), {backend}")
     for result in results:
         print(text_line(result, symbols))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from castslice.backends import backend_for, extender_backends
-from castslice.backends.base import POOLS
+from castslice.backends.roles import POOLS
+from castslice.backends.tools import extender_backends, extender_view_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.doctor import add_cluster_arguments, cluster_from
 from castslice.cli.flags import config_from
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port must be from 0 to 65535, not {args.port}")
     config = config_from(args)
-    backend = backend_for(config)
+    backend = extender_view_for(config)
     if backend.extender_gpus is None:
         raise CommandError(
             f"the extender scores GPUs shared as DRA devices or by sharing node pools "
@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
             "backend's GPUs are not tracked per device or per pool"
         )
     cluster = cluster_from(args, "extender")
-    from castslice.extender.cluster_view import ClusterView, Pools
+    from castslice.extender.cluster_view import ClusterView
     from castslice.extender.server import serve
+    from castslice.extender.watching import Pools
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     view = ClusterView(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import yaml
 
@@ -43,11 +43,6 @@ class Document(NamedTuple):
 # 25,000 deep; a file with fewer openings than this cannot nest that deep.
 _MAX_FLOW_OPENINGS_FOR_LIBYAML = 5000
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-if TYPE_CHECKING:
-    # The checker needs a class to derive from; CSafeDumper offers the same methods.
-    _SafeDumper = yaml.SafeDumper
-else:
-    _SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _without_timestamps(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
@@ -62,34 +57,6 @@ def _without_timestamps(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
 _PythonLoader = _without_timestamps(yaml.SafeLoader)
 # libyaml, when PyYAML was built with it, parses several times faster.
 _FastLoader = _without_timestamps(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
-class _Dumper(_SafeDumper):
-    """Block style, keys in the manifest's order, multi-line strings (scripts) as `|` blocks."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        # Each object written out in full, as kubectl shows it, never as `&id001` / `*id001`.
-        return True
-
-
-def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_Dumper.add_representer(str, _represent_text)
-
-
-def dump_yaml(content: Any) -> str:
-    """`content` as one YAML document, in the order its keys were read."""
-    return yaml.dump(
-        content,
-        Dumper=_Dumper,
-        sort_keys=False,
-        default_flow_style=False,
-        allow_unicode=True,
-        width=1 << 16,
-    )
 
 
 def read_documents(paths: Sequence[str], stdin: IO[bytes]) -> list[Document]:

@@ -3,7 +3,8 @@
 The workload comes from manifests (`-f`, read and rewritten as `castslice preview`
 does), from the Pods of a live cluster (`--kubeconfig`, read-only, as doctor reads
 it) or from a task list shaped as the openb trace (`--trace`). The arithmetic is
-castslice.inspect.gpus_needed's, which asks the backends how each Pod is placed.
+castslice.inspect.plan's, which asks the backends how each Pod is placed; the count of
+GPUs the scheduler with the extender reaches is castslice.extender.placing's.
 
 Exit status: 0 done, 2 bad input (the message names the file, row or cluster) or
 configuration.
@@ -19,24 +20,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from castslice.backends import backend_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.flags import config_from, effective_environment
+from castslice.cli.manifests import ManifestError, objects, read_documents
 from castslice.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
 from castslice.decision.workloads import kind_of, read_templates
-from castslice.inspect.gpus_needed import (
+from castslice.inspect.plan import (
+    GPUS_PER_NODE,
     Estimate,
+    Nodes,
     Plan,
     Task,
     WorkloadError,
     environment_of,
+    nodes_from_list,
     plan,
     tasks_from_pod,
     tasks_from_trace,
+    uniform_nodes,
 )
-from castslice.render.manifests import ManifestError, dump_yaml, objects, read_documents
+from castslice.render.yaml_text import dump_yaml
 from castslice.settings.config import Config
 
 # Pods that are done hold no GPU.
@@ -46,8 +51,11 @@ _FINISHED = ("Succeeded", "Failed")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "GPUs are counted as if each group of alike Pods packed perfectly onto GPUs of its "
-        "own: a floor, without node boundaries, CPU or memory. Exit status: 0 done, 2 bad "
-        "input or configuration (the message names it)."
+        "own: a floor, without node boundaries, CPU or memory. Beside it, the GPUs the "
+        "recommendation needs once kube-scheduler with CastSlice's extender places each "
+        "task in turn on nodes (--nodes, or --gpus-per-node): with departures where the "
+        "task list gives deletion times. Exit status: 0 done, 2 bad input or configuration "
+        "(the message names it)."
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -85,13 +93,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot", metavar="FILE.svg", help="also draw the GPUs each candidate needs as an SVG"
     )
+    parser.add_argument(
+        "--nodes",
+        metavar="CSV",
+        help="the nodes the scheduler places the workload on: a node list with sn, cpu_milli, "
+        "memory_mib, gpu and model columns (openb's node list shape); the count takes as "
+        "many as it needs, in their mix",
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=_positive,
+        default=GPUS_PER_NODE,
+        metavar="N",
+        help=f"without --nodes: nodes of N GPUs, with room for any task's CPU and memory "
+        f"(default {GPUS_PER_NODE})",
+    )
+    parser.add_argument(
+        "--no-departures",
+        action="store_true",
+        help="place every task as if none left (a task list's deletion_time ignored), as the "
+        "FGD paper's evaluation does",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a whole number of 1 or more")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from(args)
-    refusal = backend_for(config).plan_refusal
-    if refusal:
-        raise CommandError(refusal)
     try:
         tasks = _tasks(args, config)
     except (ManifestError, WorkloadError) as error:
@@ -100,7 +136,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("the workload asks for no GPUs: nothing to plan")
     # A backend the user named (flag or variable) is the nodes': the plan keeps to it.
     named = effective_environment(args, os.environ).get("CASTSLICE_BACKEND") is not None
-    result = plan(config, tasks, named)
+    try:
+        # The trade-offs table shows no placement: it is not counted for it.
+        result = plan(config, tasks, named, None if args.output == "markdown" else _nodes(args))
+    except WorkloadError as error:
+        raise CommandError(str(error)) from None
     if args.output == "json":
         print(json.dumps(result.as_dict(), indent=2))
     elif args.output == "yaml":
@@ -117,15 +157,34 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _csv_text(flag: str, path: str) -> str:
+    """The text of the CSV file a flag names, or an error naming the flag and the file."""
+    try:
+        return Path(path).read_text()
+    except OSError as error:
+        raise CommandError(f"cannot read {flag} {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise CommandError(f"{flag} {path} is not a text CSV file") from None
+
+
+def _nodes(args: argparse.Namespace) -> Nodes:
+    """The nodes the scheduler places the workload on: the node list, or nodes of
+    --gpus-per-node GPUs."""
+    departures = not args.no_departures
+    if args.nodes is None:
+        described = f"of {args.gpus_per_node} GPUs with room for any task's CPU and memory"
+        return Nodes(uniform_nodes(args.gpus_per_node), described, departures)
+    text = _csv_text("--nodes", args.nodes)
+    try:
+        kinds = nodes_from_list(text, args.nodes)
+    except WorkloadError as error:
+        raise CommandError(str(error)) from None
+    return Nodes(kinds, f"from the node list {args.nodes}, in its mix", departures)
+
+
 def _tasks(args: argparse.Namespace, config: Config) -> list[Task]:
     if args.trace is not None:
-        try:
-            text = Path(args.trace).read_text()
-        except OSError as error:
-            raise CommandError(f"cannot read --trace {args.trace}: {error.strerror}") from None
-        except UnicodeDecodeError:
-            raise CommandError(f"--trace {args.trace} is not a text CSV file") from None
-        return tasks_from_trace(text, args.trace)
+        return tasks_from_trace(_csv_text("--trace", args.trace), args.trace)
     if args.filename is not None:
         return _manifest_tasks(args.filename, args.namespace, config)
     return _cluster_tasks(args.kubeconfig or None, args.context, args.namespace, config)
@@ -257,6 +316,8 @@ def summary(result: Plan) -> list[str]:
             f"{_gpus(today.gpus)}, {_fewer(without.gpus - today.gpus)} than without sharing; "
             f"{result.keep}."
         )
+        # What today's count assumes of the nodes (how a backend that cuts GPUs cuts them).
+        lines += [f"  with {note}" for note in today.notes]
     else:
         lines.append(
             f"Recommended: {best.name}: {_gpus(best.gpus)}, {_fewer(today.gpus - best.gpus)} "
@@ -271,6 +332,8 @@ def summary(result: Plan) -> list[str]:
             f"If your nodes offered {other.settings['backend']}: {other.name} ({settings}): "
             f"{_gpus(other.gpus)}" + (f"; and {'; and '.join(other.notes)}" if other.notes else "")
         )
+    lines += scheduled_lines(result)
+    lines += memory_lines(best)
     lines += cut_lines(result)
     advised, why = result.extender_advice
     lines.append(f"Scheduler extender: {'worth' if advised else 'not worth'} deploying: {why}.")
@@ -281,6 +344,43 @@ def summary(result: Plan) -> list[str]:
                 seen.add(warning)
                 lines.append(f"Warning: {item.name}: {warning}")
     return lines
+
+
+def scheduled_lines(result: Plan) -> list[str]:
+    """What the recommended configuration needs once kube-scheduler with the extender places
+    the workload, beside what perfect packing needs."""
+    placed = result.scheduled
+    if placed is None:
+        return []
+    how = "with its departures" if placed.departures else "every task staying"
+    fewer = f"; one node fewer leaves {placed.short} Pending" if placed.short else ""
+    packed = (
+        f"{_gpus(placed.floor)} if every share packed perfectly at the busiest moment"
+        if placed.departures
+        else f"{placed.floor / placed.gpus:.0%} of them if every share packed perfectly"
+    )
+    return [
+        f"Placed by kube-scheduler with the extender ({result.best.name}, in process, in the "
+        f"input's order, {how}): {_gpus(placed.gpus)} on {placed.nodes} nodes {result.nodes}"
+        f"{fewer}; {packed}."
+    ]
+
+
+def memory_lines(best: Estimate) -> list[str]:
+    """The GPU memory the recommended configuration's Pods request, and who may burst."""
+    memory = best.memory
+    if memory is None or not memory.requested:
+        return []
+    bursts = (
+        f"; {memory.bursting} Pod{'s' if memory.bursting != 1 else ''} may burst "
+        f"{memory.burst} MiB beyond their requests in all, which no GPU reserves"
+        if memory.bursting
+        else "; no Pod bursts"
+    )
+    return [
+        f"GPU memory: {memory.requested} MiB requested in all, counted so that no GPU's "
+        f"requests pass its {memory.gpu} MiB{bursts}."
+    ]
 
 
 def cut_lines(result: Plan) -> list[str]:
@@ -297,9 +397,11 @@ def cut_lines(result: Plan) -> list[str]:
             if item.settings["backend"] == backend and item.settings.get("layout") == layout
         ]
         counts = ", ".join(f"S={item.settings['slicesPerGpu']}: {item.gpus}" for item in same)
+        settings = " ".join(f"{key}={value}" for key, value in best.environment.items())
+        settings = settings or "today's settings"
         lines.append(
-            f"Cutting GPUs ({backend}): {best.name}: {_gpus(best.gpus)}, the fewest of its "
-            f"ways and S; {layout} needs {counts} GPUs."
+            f"Cutting GPUs ({backend}): {best.name} ({settings}): "
+            f"{_gpus(best.gpus)}, the fewest of its ways and S; {layout} needs {counts} GPUs."
         )
     return lines
 

@@ -27,6 +27,13 @@ import msgspec
 
 from castslice.cli import EXIT_OK, EXIT_PROBLEM, CommandError
 from castslice.cli.flags import config_from
+from castslice.cli.manifests import (
+    Document,
+    ManifestError,
+    is_list,
+    objects,
+    read_documents,
+)
 from castslice.contract.definitions import CONTAINER_LISTS, WorkloadKind, templates
 from castslice.contract.patch import gpu_containers, quantity_value, refused_requirements
 from castslice.contract.review import (
@@ -40,15 +47,8 @@ from castslice.decision.admission import Admission
 from castslice.decision.outcome import Outcome
 from castslice.decision.slices import is_opted_in, shorten
 from castslice.decision.workloads import kind_of, own_annotations
-from castslice.render.manifests import (
-    Document,
-    ManifestError,
-    dump_yaml,
-    is_list,
-    objects,
-    read_documents,
-)
 from castslice.render.selection import sends_pod, sends_workload
+from castslice.render.yaml_text import dump_yaml
 
 DEFAULT_NAMESPACE = "default"
 CANNOT_PREVIEW = "sliced at admission, cannot preview"

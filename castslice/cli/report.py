@@ -11,13 +11,13 @@ import json
 
 import yaml
 
-from castslice.backends import backend_for
+from castslice.backends.tools import gpu_accounts_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.doctor import add_cluster_arguments, cluster_from
 from castslice.cli.flags import config_from
 from castslice.contract.cluster import ApiError, Unreachable
-from castslice.inspect.savings import Report, read_report, to_document
-from castslice.inspect.savings.table import render
+from castslice.inspect.report import Report, read_report, to_document
+from castslice.inspect.report.table import render
 
 # What the report reads; named when the API server refuses one of them.
 _RIGHTS = "list nodes and pods, get replicasets and jobs"
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.serve is not None and not 1 <= args.serve <= 65535:
         raise CommandError(f"--serve must be a port from 1 to 65535, not {args.serve}")
-    backend = backend_for(config_from(args))
+    backend = gpu_accounts_for(config_from(args))
     cluster = cluster_from(args, "report")
     api = cluster.api
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.serve is not None:
-            from castslice.inspect.savings.exporter import serve
+            from castslice.inspect.report.exporter import serve
 
             try:
                 serve(args.serve, args.address, read)

@@ -14,12 +14,12 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from castslice.backends import backend_for
+from castslice.backends.tools import templates_for
 from castslice.cli import EXIT_OK, CommandError
 from castslice.cli.claim_templates import generated_values
 from castslice.cli.flags import SETTINGS, config_from, effective_environment
+from castslice.cli.manifests import STDIN
 from castslice.contract.definitions import DEFAULT_NAMESPACE
-from castslice.render.manifests import STDIN
 from castslice.render.selection import pod_match_conditions
 from castslice.render.webhook_configuration import (
     DEFAULT_NAME,
@@ -181,7 +181,7 @@ def _print_helm_values(args: argparse.Namespace, config: Config, text: str | Non
     if config.policy is not None and config.policy.document:
         registration["annotation"] = config.policy.document
     values: dict[str, object] = {"policy": text, "policyRegistration": registration}
-    templates = backend_for(config).claim_templates()
+    templates = templates_for(config).claim_templates()
     if templates is not None:
         values["claimTemplates"] = {"generated": generated_values(config, templates, text)}
     sys.stdout.write(to_yaml(values, header(args, effective_environment(args, os.environ))))

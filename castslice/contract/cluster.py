@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from castslice.contract import Manifest
 
 if TYPE_CHECKING:
     import kubernetes.client
 
-Manifest = dict[str, Any]
 Query = Sequence[tuple[str, str]]
 
 # Listing in pages keeps the memory of one answer bounded on large clusters.

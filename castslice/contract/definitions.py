@@ -28,7 +28,9 @@ ANNOTATION_PREFIX = "castops.io/"
 OPTIMIZE = "castops.io/optimize"
 WORKLOAD_TYPE = "castops.io/workload-type"
 SLICE_RATIO = "castops.io/slice-ratio"
-USER_ANNOTATIONS = (OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO)
+# The most GPU memory a container may take beyond its share, in slices of a GPU.
+GPU_MEMORY_BURST = "castops.io/gpu-memory-burst"
+USER_ANNOTATIONS = (OPTIMIZE, WORKLOAD_TYPE, SLICE_RATIO, GPU_MEMORY_BURST)
 # What CastSlice writes on a Pod it changed: the decision record.
 APPLIED = "castslice.castops.io/applied"
 # The policy a registration was generated from, as JSON: what the function must run with.
@@ -378,6 +380,9 @@ class DecisionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     # What each GPU container really gets where the share alone does not say it (a MIG
     # instance's compute and memory); left out when None.
     instance: str | None = None
+    # The GPU memory each GPU container was limited to, and where that holds; left out when
+    # None.
+    memory: str | None = None
 
     def encode(self) -> str:
         return _record_encoder.encode(self).decode()

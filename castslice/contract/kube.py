@@ -21,11 +21,19 @@ QuantityField = Literal["requests", "limits"]
 QUANTITY_FIELDS: tuple[QuantityField, ...] = ("requests", "limits")
 
 
+class EnvVar(TypedDict, total=False):
+    # The name alone: a value (or a secret's reference) is never decoded.
+    name: str | None
+
+
 class Container(TypedDict, total=False):
     name: str | None
     resources: ResourceRequirements | None
     # `Always` on an init container makes it a sidecar, which runs beside the app (DRA).
     restartPolicy: str | None
+    # Where a GPU container sets its own GPU memory request and limit, which
+    # CASTSLICE_GPU_MEMORY replaces.
+    env: list[EnvVar] | None
 
 
 class PodSpec(TypedDict, total=False):

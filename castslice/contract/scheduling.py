@@ -4,9 +4,8 @@ own message for a Pod it cannot place. Read from a live cluster's plain JSON."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
-Manifest = dict[str, Any]
+from castslice.contract import Manifest
 
 # A field selector for the Pods that still hold their resources on a node.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

@@ -7,7 +7,7 @@ about the Pods its templates would produce and only ever warns.
 
 from __future__ import annotations
 
-from castslice.backends import Backend, backend_for
+from castslice.backends import Placer, placer_for
 from castslice.contract.review import AdmissionRequest, allowed
 from castslice.decision.outcome import Outcome
 from castslice.decision.pods import PodDecision
@@ -21,7 +21,7 @@ class Admission:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.backend: Backend = backend_for(config)
+        self.backend: Placer = placer_for(config)
         self.pods = PodDecision(config, self.backend)
 
     def review(self, request: AdmissionRequest) -> Outcome:

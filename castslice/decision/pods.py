@@ -11,11 +11,13 @@ import functools
 from collections.abc import Mapping
 from fractions import Fraction
 
-from castslice.backends import Backend, LeftAlone, Placement
+from castslice.backends import LeftAlone, Placement, Placer
 from castslice.contract.definitions import APPLIED, DecisionRecord
-from castslice.contract.kube import DEFAULT_SCHEDULER, Pod, PodSpec
+from castslice.contract.gpu_memory import MemoryCap, memory_cap, memory_env_operations
+from castslice.contract.kube import DEFAULT_SCHEDULER, Container, ObjectMeta, Pod, PodSpec
 from castslice.contract.patch import (
     GpuContainer,
+    PatchOperation,
     annotation_operations,
     asked_quantity,
     gpu_containers,
@@ -24,15 +26,24 @@ from castslice.contract.patch import (
 from castslice.contract.review import POD_KIND, AdmissionRequest, allowed, patched
 from castslice.decision.enrolment import by_annotation, decide, rule_decision
 from castslice.decision.outcome import Outcome
-from castslice.decision.slices import clip, is_mirror_pod, resolve_slices, share_text, shorten
+from castslice.decision.slices import (
+    SliceDecision,
+    clip,
+    is_mirror_pod,
+    resolve_burst,
+    resolve_slices,
+    share_text,
+    shorten,
+)
 from castslice.settings.config import Config
+from castslice.settings.rules import Rule
 
 
 class PodDecision:
     """Decides on reviews of Pods for one configuration and backend; safe to share between
     threads."""
 
-    def __init__(self, config: Config, backend: Backend) -> None:
+    def __init__(self, config: Config, backend: Placer) -> None:
         self.config = config
         self.backend = backend
         # A placement depends on the slice count alone: worked out once per count.
@@ -45,25 +56,7 @@ class PodDecision:
         metadata = pod.get("metadata") or {}
         annotations = metadata.get("annotations") or {}
         config, backend = self.config, self.backend
-        reason = _not_a_pod_create(request)
-        rule = source = None
-        if reason is None:
-            policy = config.policy
-            # Without a policy the namespace and labels are never read.
-            enrolment = (
-                by_annotation(annotations)
-                if policy is None
-                else decide(
-                    policy,
-                    annotations,
-                    request.get("namespace") or metadata.get("namespace") or "",
-                    metadata.get("labels") or {},
-                )
-            )
-            rule, reason = enrolment.rule, enrolment.reason
-            if reason is not None and rule is not None:
-                source = rule.source  # the rule that excluded the Pod
-            reason = reason or _excluded(annotations)
+        rule, reason, source = self._enrolment(request, metadata, annotations)
         if reason:
             return Outcome(allowed(uid), "skipped", reason, source=source, backend=backend.name)
 
@@ -90,20 +83,69 @@ class PodDecision:
                 backend=backend.name,
             )
 
+        operations, audit = self._rewrite(metadata, spec, containers, decision, warnings)
+        return Outcome(
+            patched(uid, operations, warnings, audit),
+            "mutated",
+            slices=decision.slices,
+            source=decision.source,
+            backend=backend.name,
+            containers_changed=len(containers),
+        )
+
+    def _enrolment(
+        self, request: AdmissionRequest[Pod], metadata: ObjectMeta, annotations: Mapping[str, str]
+    ) -> tuple[Rule | None, str | None, str | None]:
+        """The rule that enrols the Pod, why it is not rewritten (None: it is), and the
+        source of the rule that excluded it."""
+        reason = _not_a_pod_create(request)
+        if reason is not None:
+            return None, reason, None
+        policy = self.config.policy
+        # Without a policy the namespace and labels are never read.
+        enrolment = (
+            by_annotation(annotations)
+            if policy is None
+            else decide(
+                policy,
+                annotations,
+                request.get("namespace") or metadata.get("namespace") or "",
+                metadata.get("labels") or {},
+            )
+        )
+        rule, reason = enrolment.rule, enrolment.reason
+        source = rule.source if reason is not None and rule is not None else None
+        return rule, reason or _excluded(annotations), source
+
+    def _rewrite(
+        self,
+        metadata: ObjectMeta,
+        spec: PodSpec,
+        containers: list[GpuContainer],
+        decision: SliceDecision,
+        warnings: list[str],
+    ) -> tuple[list[PatchOperation], dict[str, str]]:
+        """The operations that rewrite an opted-in Pod, and the audit annotations that say
+        so; what the Pod should hear of it added to `warnings`."""
+        config, backend = self.config, self.backend
+        annotations = metadata.get("annotations") or {}
         placement = self._place(decision.slices)
-        original: dict[str, str] = {}
-        for container in containers:
-            asked = asked_quantity(container, config.gpu_resource)
-            original[container.name] = asked
-            warning = _less_than_asked(container, asked, placement, config.gpu_resource)
-            if warning:
-                warnings.append(warning)
+        original = _original(containers, placement, config.gpu_resource, warnings)
         warnings += backend.notes(placement)
         operations = backend.pod_operations(spec, containers, placement)
+        cap, memory = self._memory(annotations, placement, warnings)
+        if cap is not None:
+            operations += [
+                operation
+                for container in containers
+                for operation in memory_env_operations(
+                    container.path, _container(spec, container.path), cap
+                )
+            ]
         if config.scheduler_name:
             operations += scheduler_operations(spec, config.scheduler_name)
         record = DecisionRecord(
-            decision.slices, decision.source, backend.name, original, placement.instance
+            decision.slices, decision.source, backend.name, original, placement.instance, memory
         )
         operations += annotation_operations(metadata, {APPLIED: record.encode()})
         audit = {
@@ -113,16 +155,50 @@ class PodDecision:
         }
         if placement.instance:
             audit["instance"] = placement.instance
+        if memory:
+            audit["gpu-memory"] = memory
         if config.scheduler_name:
             audit["scheduler"] = config.scheduler_name
-        return Outcome(
-            patched(uid, operations, warnings, audit),
-            "mutated",
-            slices=decision.slices,
-            source=decision.source,
-            backend=backend.name,
-            containers_changed=len(containers),
-        )
+        return operations, audit
+
+    def _memory(
+        self, annotations: Mapping[str, str], placement: Placement, warnings: list[str]
+    ) -> tuple[MemoryCap | None, str | None]:
+        """The GPU memory cap of each GPU container and what is said of it, or (None, None)
+        where there is none to write; a warning on either added to `warnings`."""
+        gpu_memory = self.config.gpu_memory
+        if gpu_memory is None or placement.memory_share is None:
+            return None, None
+        burst, burst_warnings = resolve_burst(annotations, self.config)
+        warnings += burst_warnings
+        cap = memory_cap(placement.memory_share, gpu_memory, burst)
+        if cap is None:
+            return None, None
+        memory = self.backend.memory_statement(cap, placement)
+        warnings.append(clip(f"{self.backend.name}: {memory}"))
+        return cap, memory
+
+
+def _original(
+    containers: list[GpuContainer], placement: Placement, gpu: str, warnings: list[str]
+) -> dict[str, str]:
+    """Each container's name and the GPU quantity it asked for; a warning added for each one
+    that gets less than it asked."""
+    original: dict[str, str] = {}
+    for container in containers:
+        asked = asked_quantity(container, gpu)
+        original[container.name] = asked
+        warning = _less_than_asked(container, asked, placement, gpu)
+        if warning:
+            warnings.append(warning)
+    return original
+
+
+def _container(spec: PodSpec, path: str) -> Container:
+    """The container at `path` (/spec/<list>/<index>) of `spec`."""
+    _, _, list_name, index = path.split("/")
+    containers: list[Container] = spec.get(list_name) or []  # type: ignore[assignment]
+    return containers[int(index)]
 
 
 def _not_a_pod_create(request: AdmissionRequest) -> str | None:

@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from castslice.contract.definitions import (
+    GPU_MEMORY_BURST,
     MAX_WARNING_LENGTH,
     MIRROR,
     OPTIMIZE,
@@ -70,6 +71,22 @@ def resolve_slices(
     used = _describe(decision)
     warnings = tuple(_warning(key, value, why, used) for key, value, why in problems)
     return SliceDecision(decision.slices, decision.source, warnings)
+
+
+def resolve_burst(
+    annotations: Mapping[str, str], config: Config
+) -> tuple[Fraction | None, tuple[str, ...]]:
+    """The share of a GPU's memory `castops.io/gpu-memory-burst` lets a container take, in
+    slices like `slice-ratio` (S slices are the whole GPU), or None; and the warning for a
+    value that is no count."""
+    value = annotations.get(GPU_MEMORY_BURST)
+    if value is None:
+        return None, ()
+    slices = parse_bounded_int(value, config.max_slice_ratio)
+    if slices is None:
+        why = f"want a whole number of slices 1-{config.max_slice_ratio}"
+        return None, (_warning(GPU_MEMORY_BURST, value, why, "no burst"),)
+    return Fraction(slices, config.slices_per_gpu), ()
 
 
 def _warning(key: str, value: str, why: str, fallback: str) -> str:

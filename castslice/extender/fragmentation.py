@@ -28,7 +28,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 MILLI = 1000
@@ -304,6 +304,64 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
+# The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its
+# pinned Pods are expected to ask for (`pinned_load`), so models wanted alike tie and the
+# fuller node decides among them.
+PLACE_STEP = 10
+PLACES = 10 * PLACE_STEP + 1
+# An extender score is FGD's score x TIE_RANGE plus the tie key: the model place x
+# KEY_RANGE plus the packing key.
+TIE_RANGE = PLACES * KEY_RANGE
+
+GpusPerModel = Mapping[str, int]
+
+
+def pinned_load(typical: TypicalPods, gpus_per_model: GpusPerModel) -> dict[str, float]:
+    """Per GPU model, the share of its GPUs that the typical Pods pinned to it (to GPU
+    models that include it) ask for once the Pods' GPU demand equals the cluster's GPUs:
+    their share of the typical GPU demand, times the cluster's GPUs over the model's. Above
+    1, the model has fewer GPUs than the Pods that can run nowhere else want."""
+    demand = sum(frequency * pod.gpus * pod.gpu_milli for pod, frequency in typical)
+    cluster = sum(gpus_per_model.values())
+    if not demand:
+        return {}
+    return {
+        model: sum(
+            frequency * pod.gpus * pod.gpu_milli
+            for pod, frequency in typical
+            if pod.models and model in pod.models
+        )
+        / demand
+        * cluster
+        / gpus
+        for model, gpus in gpus_per_model.items()
+        if gpus
+    }
+
+
+def model_place(
+    node: NodeFree, pod: PodShape, typical: TypicalPods, gpus_per_model: GpusPerModel
+) -> int:
+    """0 to PLACES - 1, lower the more of the node's GPU model the Pods pinned to it are
+    expected to want (`pinned_load`, in whole tenths): of the nodes FGD scores alike, a Pod
+    asking for GPUs takes them where Pods that can run nowhere else want the fewest of
+    them, before the fuller node. Pinned Pods make their model's nodes the fuller ones as
+    they fill them, so the fuller node alone would draw the Pods free to run anywhere
+    there too, and the pinned Pods coming later would find their model full; FGD's own
+    score sees that only in amounts its whole points truncate. Measured against the
+    model's GPUs, not as a share of the Pods: 3 % of the Pods pinned to a model of 4,392
+    GPUs leave most of it free, 3 % pinned to one of 195 want nearly all of it. A Pod without
+    GPUs takes CPU and memory, not a model's GPUs: it goes to the fuller node as before
+    (spread over the nodes nobody is pinned to, it would leave their GPUs without CPU)."""
+    if not pod.gpus:
+        return PLACES - 1
+    return _place_of(pinned_load(typical, gpus_per_model).get(node.model, 0.0))
+
+
+def _place_of(load: float) -> int:
+    return PLACES - 1 - min(PLACES - 1, math.floor(load * 10) * PLACE_STEP)
+
+
 # The name order's scale: a node's score is its extender score times this, plus its place
 # among the scored nodes in reverse name order (clusters of more nodes than this share the
 # last place).
@@ -324,13 +382,23 @@ def tie_broken(scored: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
 
 
 def extender_score(
-    node: NodeFree, pod: PodShape, typical: TypicalPods, measure: Fragmentation | None = None
+    node: NodeFree,
+    pod: PodShape,
+    typical: TypicalPods,
+    gpus_per_model: GpusPerModel,
+    measure: Fragmentation | None = None,
 ) -> int:
-    """FGD's score for the GPU the allocator will pick, x 1000, plus the packing key of
-    the node once the Pod is placed."""
+    """FGD's score for the GPU the allocator will pick, x TIE_RANGE, plus the tie key: the
+    node's model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE
+    plus the packing key of the node once the Pod is placed."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
-    return fgd_score(node, pod, typical, gpu, measure) * KEY_RANGE + packing_key(after or node)
+    fgd = fgd_score(node, pod, typical, gpu, measure)
+    return (
+        fgd * TIE_RANGE
+        + model_place(node, pod, typical, gpus_per_model) * KEY_RANGE
+        + packing_key(after or node)
+    )
 
 
 # ---- the same score, fast: what the extender computes for every node on every call
@@ -346,13 +414,15 @@ _REMEMBERED = 200_000
 
 
 class Scorer:
-    """`extender_score` and `fragmentation` over one typical-pod distribution, with each
-    fragmentation remembered, giving exactly the same numbers: the typical Pods are visited
-    in their order and each frequency is added as `fragmentation` adds it, so every float
-    comes out bit for bit the same (a test compares them on random and trace nodes)."""
+    """`extender_score` and `fragmentation` over one typical-pod distribution and the
+    cluster's GPUs per model, with each fragmentation remembered, giving exactly the same
+    numbers: the typical Pods are visited in their order and each frequency is added as
+    `fragmentation` adds it, so every float comes out bit for bit the same (a test
+    compares them on random and trace nodes)."""
 
-    def __init__(self, typical: TypicalPods) -> None:
+    def __init__(self, typical: TypicalPods, gpus_per_model: GpusPerModel) -> None:
         self.typical = list(typical)
+        self._loads = pinned_load(typical, gpus_per_model)
         self._cpus = sorted({pod.cpu_milli for pod, _ in typical})
         self._memories = sorted({pod.memory for pod, _ in typical})
         cpu_index = {cpu: index for index, cpu in enumerate(self._cpus)}
@@ -414,10 +484,12 @@ class Scorer:
         )
 
     def score(self, node: NodeFree, pod: PodShape, before: float | None = None) -> int:
-        """`extender_score(node, pod, typical)`; `before`: the node's fragmentation, if known."""
+        """`extender_score(node, pod, typical, gpus_per_model)`; `before`: the node's
+        fragmentation, if known."""
         left = node.gpu_milli
+        place = self._place(node, pod)
         if pod.asks_nothing:
-            return MAX_NODE_SCORE * KEY_RANGE + packing_key(node)
+            return MAX_NODE_SCORE * TIE_RANGE + place + packing_key(node)
         cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
         after: list[int] | None = None
         if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
@@ -439,7 +511,7 @@ class Scorer:
             else:
                 after = list(left)
         if after is None:
-            return packing_key(node)
+            return place + packing_key(node)
         if before is None:
             before = self.fragmentation(node)
         measured = self._fragmentation(
@@ -447,4 +519,10 @@ class Scorer:
         )
         kept = min(sum(after), _KEY_SPAN)
         key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
-        return _gradient_score(before, measured) * KEY_RANGE + key
+        return _gradient_score(before, measured) * TIE_RANGE + place + key
+
+    def _place(self, node: NodeFree, pod: PodShape) -> int:
+        """`model_place` x KEY_RANGE, each model's pinned load counted once."""
+        if not pod.gpus:
+            return (PLACES - 1) * KEY_RANGE
+        return _place_of(self._loads.get(node.model, 0.0)) * KEY_RANGE

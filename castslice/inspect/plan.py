@@ -2,13 +2,18 @@
 
 A workload is a list of tasks, each one GPU container (or one Pod that asks for whole
 GPUs) with the share of one GPU it needs. Every estimate asks the backends themselves
-how a task is placed (`backend_for(config).place(slices)`), so it rounds exactly as the
+how a task is placed (`plans_for(config).place(slices)`), so it rounds exactly as the
 webhook would: a share becomes the slice count it rounds up to, the backend turns that
 count into what the Pod gets, and Pods that land alike (same resource, same node labels)
 pack together on GPUs of their own. A backend that cuts GPUs into instances (MIG) says
-how each way of cutting them holds its Pods' instances (`Backend.gpu_layouts`). The count
+how each way of cutting them holds its Pods' instances (`Plans.gpu_layouts`). The count
 ignores node boundaries, CPU and memory: it is the floor a scheduler can reach, which the
 packing benchmark measures against.
+
+With GPU memory limits (CASTSLICE_GPU_MEMORY) a share fits a GPU only while the GPU memory
+requests on it add up to no more than the GPU has: each group needs GPUs for its shares and
+for its requests, whichever is more (requests are rounded down, so never more than the
+shares need). Limits above a request (a burst) are counted apart: nothing reserves them.
 """
 
 from __future__ import annotations
@@ -23,13 +28,24 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends import BACKENDS, GpuLayout, LaidOut, Placement, backend_for, sharing_degree
-from castslice.backends.base import POOLS
+from castslice.backends import Placement, sharing_degree
+from castslice.backends.roles import POOLS, GpuLayout, LaidOut
+from castslice.backends.tools import TOOLS, plans_for
 from castslice.contract.definitions import APPLIED, DecisionRecord
+from castslice.contract.gpu_memory import memory_cap
 from castslice.contract.patch import quantity_value, refused_count
 from castslice.decision.pods import less_than_asked_text
-from castslice.decision.slices import share_text
-from castslice.settings.config import SHARING_STRATEGIES, Config
+from castslice.decision.slices import resolve_burst, share_text
+from castslice.extender.fragmentation import PodShape
+from castslice.extender.placing import (
+    UNBOUNDED,
+    Arrival,
+    NodeKind,
+    Scheduled,
+    fewest,
+    unplaceable,
+)
+from castslice.settings.config import MEBIBYTE, SHARING_STRATEGIES, Config
 from castslice.settings.rules import POLICY_SOURCE_PREFIX
 
 # The slice counts per GPU tried for backends that place a slice count.
@@ -43,6 +59,15 @@ MAX_POOLS = 3
 WORTH_IT = Fraction(1, 100)
 # The trace columns the openb task lists have (Alibaba cluster-trace-gpu-v2023).
 TRACE_COLUMNS = ("num_gpu", "gpu_milli")
+# The columns plan reads where a task list has them: what each task asks of a node, and
+# when it arrives and leaves.
+NODE_ASKS = ("cpu_milli", "memory_mib")
+TIMES = ("creation_time", "deletion_time")
+# The columns of a node list shaped as openb's (Alibaba cluster-trace-gpu-v2023).
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+# The GPUs per node plan places on without a node list: the largest nodes of the openb
+# trace and of the cloud GPU machine families.
+GPUS_PER_NODE = 8
 MILLI = 1000
 # Below this share of the GPU demand in fractions of a GPU, fragments are too few for the
 # scheduler extender to be worth running.
@@ -70,6 +95,16 @@ class Task:
     asked: int | None = None
     source: str = ""
     container: str = ""
+    # The share of a GPU's memory its limit may reach (castops.io/gpu-memory-burst), or None.
+    burst: Fraction | None = None
+    # What the task asks of a node besides GPUs (CPU thousandths, memory MiB), the GPU
+    # models it may run on (empty: any), and when it arrives and leaves (None: not given),
+    # where the input says: for `castslice plan` to place it as the scheduler would.
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    models: tuple[str, ...] = ()
+    arrives: int | None = None
+    leaves: int | None = None
 
     @property
     def whole_gpus_asked(self) -> int:
@@ -86,6 +121,24 @@ class Pool:
     degree: int | None = None
     # What each GPU holds, where the backend cuts GPUs into instances (name: count).
     instances: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """The GPU memory an estimate's Pods request of the driver, and their bursts beyond."""
+
+    gpu: int
+    requested: int
+    bursting: int
+    burst: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "gpuMiB": self.gpu,
+            "requestedMiB": self.requested,
+            "burstingPods": self.bursting,
+            "burstMiB": self.burst,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,6 +164,9 @@ class Estimate:
     reshared: int = 0
     # What the opted-in Pods are guaranteed of a GPU's compute and memory: how many get each.
     gets: tuple[tuple[str, int], ...] = ()
+    # With GPU memory limits: the MiB requested in all, how many Pods' limits are above
+    # their requests (burst) and by how many MiB in all.
+    memory: GpuMemory | None = None
 
     def as_dict(self, baseline: int, today: int) -> dict[str, Any]:
         return {
@@ -125,6 +181,7 @@ class Estimate:
             "podsRoundedUp": self.rounded_up,
             "gpusRoundedUp": round(float(self.rounded_by), 3),
             "eachPodGets": dict(self.gets),
+            "gpuMemory": self.memory.as_dict() if self.memory else None,
             "pools": self.pools_dict(),
             "warnings": list(self.warnings),
             "recommended": self.recommended,
@@ -162,14 +219,16 @@ class Plan:
     shared_demand: Fraction = Fraction(0)
     # Each sharing-pool backend's best under the other sharing strategy (the same GPUs).
     twins: list[Estimate] = field(default_factory=list)
+    # The GPUs the recommended configuration needs once kube-scheduler with the extender
+    # places the workload (None: not counted), and on what nodes.
+    scheduled: Scheduled | None = None
+    nodes: str = ""
 
     @property
     def extender_advice(self) -> tuple[bool, str]:
         """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
         share = self.shared_demand / self.demand if self.demand else Fraction(0)
-        pools = (
-            not self.recommended_claims_devices and BACKENDS[self.backend].extender_gpus == POOLS
-        )
+        pools = not self.recommended_claims_devices and TOOLS[self.backend].extender_gpus == POOLS
         if not (self.recommended_claims_devices or pools):
             return False, (
                 "the scheduler extender scores GPUs shared as DRA devices or by node pools; "
@@ -242,16 +301,26 @@ class Plan:
                 for backend, item in self.per_backend.items()
             },
             "extender": dict(zip(("worthDeploying", "why"), self.extender_advice, strict=True)),
+            "scheduled": (
+                self.scheduled.as_dict() | {"configuration": best.name, "nodeList": self.nodes}
+                if self.scheduled
+                else None
+            ),
         }
 
 
 def tasks_from_trace(text: str, source: str = "trace") -> list[Task]:
     """The tasks of a task list shaped as openb's: a fraction of one GPU (`num_gpu` 1 and
-    `gpu_milli` below 1000) opts in; whole GPUs and CPU-only tasks do not."""
+    `gpu_milli` below 1000) opts in; whole GPUs and CPU-only tasks do not. Where it has
+    them, each task's `cpu_milli`, `memory_mib`, `gpu_spec` (models, `|`-separated), and
+    `creation_time` and `deletion_time` are read too."""
     reader = csv.DictReader(io.StringIO(text))
     missing = [column for column in TRACE_COLUMNS if column not in (reader.fieldnames or ())]
     if missing:
         raise WorkloadError(f"{source}: no {' or '.join(missing)} column in its header")
+    header = reader.fieldnames or ()
+    # Times only where both are given: a task list with arrivals alone has no departures.
+    timed = all(column in header for column in TIMES)
     tasks = []
     for line, row in enumerate(reader, start=2):
         try:
@@ -266,13 +335,69 @@ def tasks_from_trace(text: str, source: str = "trace") -> list[Task]:
                 "and gpu_milli from 0 to 1000"
             )
         name = row.get("name") or f"line {line}"
-        if count == 1 and 0 < milli < MILLI:
-            tasks.append(Task(Fraction(milli, MILLI), True, name))
-        else:
-            tasks.append(
-                Task(Fraction(count * milli, MILLI) if milli else Fraction(0), False, name)
+        cpu, memory = (_whole(row, column, source, line) or 0 for column in NODE_ASKS)
+        models = tuple(spec for spec in (row.get("gpu_spec") or "").split("|") if spec)
+        arrives = leaves = None
+        if timed:
+            arrives = _whole(row, "creation_time", source, line)
+            if arrives is None:
+                raise WorkloadError(f"{source}, line {line}: no creation_time")
+            leaves = _whole(row, "deletion_time", source, line)
+        opted_in = count == 1 and 0 < milli < MILLI
+        gpus = Fraction(count * milli, MILLI) if milli else Fraction(0)
+        tasks.append(
+            Task(
+                gpus, opted_in, name, cpu_milli=cpu, memory_mib=memory, models=models,
+                arrives=arrives, leaves=leaves,
             )
+        )  # fmt: skip
     return tasks
+
+
+def _whole(row: Mapping[str, str | None], column: str, source: str, line: int) -> int | None:
+    """A column's whole number of 0 or more; None where the row leaves it empty or the file
+    has no such column."""
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise WorkloadError(
+            f"{source}, line {line}: {column} {text!r}: want a whole number"
+        ) from None
+    if value < 0:
+        raise WorkloadError(f"{source}, line {line}: {column} {value}: want 0 or more")
+    return value
+
+
+def nodes_from_list(text: str, source: str = "nodes") -> list[NodeKind]:
+    """The nodes of a node list shaped as openb's (`sn`, `cpu_milli`, `memory_mib`, `gpu`,
+    `model`)."""
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [column for column in NODE_COLUMNS if column not in (reader.fieldnames or ())]
+    if missing:
+        raise WorkloadError(f"{source}: no {' or '.join(missing)} column in its header")
+    nodes = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            cpu, memory, gpus = int(row["cpu_milli"]), int(row["memory_mib"]), int(row["gpu"])
+        except (TypeError, ValueError):
+            raise WorkloadError(
+                f"{source}, line {line}: cpu_milli, memory_mib and gpu must be whole numbers"
+            ) from None
+        if min(cpu, memory, gpus) < 0:
+            raise WorkloadError(f"{source}, line {line}: a negative cpu_milli, memory_mib or gpu")
+        nodes.append(NodeKind(row["sn"] or f"line {line}", cpu, memory, gpus, row["model"] or ""))
+    if not any(node.gpus for node in nodes):
+        raise WorkloadError(f"{source}: no node with a GPU")
+    return nodes
+
+
+def uniform_nodes(gpus: int = GPUS_PER_NODE) -> list[NodeKind]:
+    """Where the input gives no nodes: nodes of `gpus` GPUs, of no model, with more CPU and
+    memory than any task asks."""
+    return [NodeKind("node", UNBOUNDED, UNBOUNDED, gpus)]
 
 
 def tasks_from_pod(
@@ -287,8 +412,9 @@ def tasks_from_pod(
     record = DecisionRecord.parse((metadata.get("annotations") or {}).get(APPLIED) or "")
     if record is not None:
         share = Fraction(record.slices, config.slices_per_gpu)
+        burst, _ = resolve_burst(metadata.get("annotations") or {}, config)
         return [
-            Task(share, True, name, _count(quantity, 1), record.source, container)
+            Task(share, True, name, _count(quantity, 1), record.source, container, burst)
             for container, quantity in record.original.items()
         ]
     spec = pod.get("spec") or {}
@@ -321,6 +447,13 @@ class _Group:
     tasks: int = 0
     has_shares: bool = False
     degree: int | None = None
+    # The GPU memory its shares request, in MiB.
+    requests: int = 0
+
+
+def slices_for(share: Fraction, per_gpu: int) -> int:
+    """The slice count a task asking for `share` of a GPU rounds up to at `per_gpu` slices."""
+    return max(1, math.ceil(share * per_gpu))
 
 
 def estimate(
@@ -332,7 +465,7 @@ def estimate(
     go where a Pod left alone goes (the GPU resource, no labels). A backend that cuts GPUs
     into instances counts its instances on GPUs cut as `layout` says (by default the first
     of its layouts, how its own nodes are counted)."""
-    backend = backend_for(config)
+    backend = plans_for(config)
     if layout is None:
         layouts = backend.gpu_layouts()
         layout = layouts[0] if layouts else None
@@ -348,8 +481,11 @@ def estimate(
     guaranteed: dict[int, str] = {}
     # Tasks asking alike are counted once: a trace has thousands, of a few hundred kinds
     # (counted by integers: hashing a Fraction costs twenty times as much).
-    kinds = Counter((task.opted_in, task.gpus.numerator, task.gpus.denominator) for task in tasks)
-    for (opted_in, numerator, denominator), count in kinds.items():
+    kinds = Counter(
+        (task.opted_in, task.gpus.numerator, task.gpus.denominator, task.burst) for task in tasks
+    )
+    requested = bursting = burst_mib = 0
+    for (opted_in, numerator, denominator, burst), count in kinds.items():
         gpus = Fraction(numerator, denominator)
         if not opted_in:
             if gpus:
@@ -357,7 +493,7 @@ def estimate(
                 group.whole += math.ceil(gpus) * count
                 group.tasks += count
             continue
-        slices = max(1, math.ceil(gpus * per_gpu))
+        slices = slices_for(gpus, per_gpu)
         if slices not in placements:
             placements[slices] = backend.place(slices)
             guaranteed[slices] = backend.guaranteed(slices)
@@ -378,9 +514,21 @@ def estimate(
             group = groups.setdefault(key, _Group())
             group.shares += given * count
             group.has_shares = True
+            cap = (
+                memory_cap(placement.memory_share, config.gpu_memory, burst)
+                if config.gpu_memory is not None and placement.memory_share is not None
+                else None
+            )
+            if cap is not None:
+                group.requests += cap.request * count
+                requested += cap.request * count
+                if cap.limit > cap.request:
+                    bursting += count
+                    burst_mib += (cap.limit - cap.request) * count
             group.degree = sharing_degree(config, slices) if pools else None
         group.tasks += count
-    found = [_pool(group, per_gpu) for group in groups.values()]
+    mebibytes = (config.gpu_memory or MEBIBYTE) // MEBIBYTE
+    found = [_pool(group, per_gpu, mebibytes) for group in groups.values()]
     found.sort(key=lambda pool: (pool.label == "whole GPUs", pool.degree or 0))
     notes: tuple[str, ...] = ()
     if layout is not None:
@@ -389,6 +537,11 @@ def estimate(
         notes = layout.notes(laid_out)
     warnings = _named_warnings(config, tasks, placements, pools)
     total = sum(pool.gpus for pool in found)
+    memory = (
+        GpuMemory(mebibytes, requested, bursting, burst_mib)
+        if config.gpu_memory is not None
+        else None
+    )
     return Estimate(
         name,
         settings_of(config, layout),
@@ -399,6 +552,7 @@ def estimate(
         tuple(warnings),
         notes=notes,
         gets=tuple(sorted(gets.items(), key=lambda item: (-item[1], item[0]))),
+        memory=memory,
     )
 
 
@@ -425,7 +579,7 @@ def _named_warnings(
         key = (task.gpus.numerator, task.gpus.denominator)
         kind = kinds.get(key)
         if kind is None:
-            given = placements[max(1, math.ceil(task.gpus * config.slices_per_gpu))].gpus
+            given = placements[slices_for(task.gpus, config.slices_per_gpu)].gpus
             finer_kind = pools and task.gpus < finest and task.gpus < given < 1
             kind = kinds[key] = (given, finer_kind, task.gpus > 1)
         given, finer_kind, several_kind = kind
@@ -460,7 +614,7 @@ def _some(names: Counter[str], shown: int = 3) -> str:
     return ", ".join(listed[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
-def _pool(group: _Group, per_gpu: int) -> Pool:
+def _pool(group: _Group, per_gpu: int, mebibytes: int) -> Pool:
     if group.degree:
         label = f"{group.degree} per GPU"
     elif not group.has_shares:
@@ -469,7 +623,8 @@ def _pool(group: _Group, per_gpu: int) -> Pool:
         label = f"shares of {per_gpu} and whole GPUs"
     else:
         label = f"shares of {per_gpu}"
-    gpus = math.ceil(group.shares) + group.whole
+    # A GPU holds shares only while their memory requests fit it.
+    gpus = max(math.ceil(group.shares), -(-group.requests // mebibytes)) + group.whole
     return Pool(label, gpus, group.tasks, group.degree)
 
 
@@ -489,8 +644,8 @@ def pooled(config: Config) -> bool:
     degree sets on one GPU of four slices."""
     probe = replace(config, slices_per_gpu=4)
     pairs = (
-        backend_for(replace(probe, sharing_degrees=(2,))),
-        backend_for(replace(probe, sharing_degrees=(4,))),
+        plans_for(replace(probe, sharing_degrees=(2,))),
+        plans_for(replace(probe, sharing_degrees=(4,))),
     )
     return pairs[0].place(1) != pairs[1].place(1)
 
@@ -529,15 +684,13 @@ def candidate_configs(config: Config) -> Iterable[tuple[str, Candidate]]:
     """Each backend with each setting worth trying, named as the table shows it; each a
     complete configuration (rescaled() keeps the presets' and default's shares). A backend
     that cuts GPUs into instances is tried with each way of cutting them, at each S."""
-    for backend, backend_type in BACKENDS.items():
-        if backend_type.plan_refusal is not None:
-            continue
+    for backend in TOOLS:
         # Today's backend keeps today's resource names; another takes its own default.
         shared = config.shared_resource if backend == config.backend else ""
         base = replace(config, backend=backend, shared_resource=shared)
-        if backend_for(base).gpu_layouts() is not None:
+        if plans_for(base).gpu_layouts() is not None:
             for per_gpu in sorted({*SLICE_CANDIDATES, config.slices_per_gpu}):
-                for layout in backend_for(rescaled(base, per_gpu)).gpu_layouts() or ():
+                for layout in plans_for(rescaled(base, per_gpu)).gpu_layouts() or ():
                     name = f"{backend} {layout.name} S={per_gpu}"
                     yield name, Candidate(layout.config, layout)
             continue
@@ -629,7 +782,7 @@ def changes(
     most = max([candidate.max_slice_ratio, *ratios.values()])
     if most != today.max_slice_ratio:
         environment["CASTSLICE_MAX_SLICE_RATIO"] = str(most)
-    if environment and backend_for(candidate).claim_templates() is not None:
+    if environment and plans_for(candidate).claim_templates() is not None:
         # Its Pods claim from a template per slice count the settings can produce.
         notes.append(
             "render the claim templates with these settings (castslice claim-templates) "
@@ -668,7 +821,7 @@ def _ratio_notes(
         ):
             continue
         slices_today = int(task.gpus * today.slices_per_gpu)
-        new = max(1, math.ceil(task.gpus * per_gpu))
+        new = slices_for(task.gpus, per_gpu)
         if task.source == "slice-ratio":
             ratios[task.name] = new
             moves.setdefault(("slice-ratio", slices_today, new), Counter())[task.name] += 1
@@ -693,12 +846,30 @@ def _ratio_notes(
     return notes, reshared
 
 
-def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> Plan:
+@dataclass(frozen=True)
+class Nodes:
+    """The nodes `plan` places the workload on as the scheduler would: the kinds of node,
+    what they are ("N nodes " + `described` in the output), and whether tasks leave at
+    their deletion times."""
+
+    kinds: Sequence[NodeKind]
+    described: str
+    departures: bool = True
+
+
+def plan(
+    config: Config,
+    tasks: Sequence[Task],
+    named_backend: bool = False,
+    nodes: Nodes | None = None,
+) -> Plan:
     """Every candidate's estimate, today's and no sharing; per backend the recommended one is
     the coarsest setting within WORTH_IT of that backend's fewest GPUs. The plan recommends
     today's backend's when the user named it (the GPU nodes decide the backend), else the
     backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
-    today, else it keeps today's settings and says why."""
+    today, else it keeps today's settings and says why. With `nodes`, it also counts the
+    GPUs the recommended configuration needs once the scheduler with the extender places
+    the tasks on such nodes (`scheduled.fewest`)."""
     candidates = dict(candidate_configs(config))
     estimates = [
         _estimate(config, candidate, tasks, name) for name, candidate in candidates.items()
@@ -731,13 +902,24 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
     # The backend the plan recommends: today's when it keeps the settings.
     recommended = config if keep else candidates[mine.name].config
     # The extender scores shares of DRA devices: not whole devices such as MIG instances.
-    chosen_backend = backend_for(recommended)
+    chosen_backend = plans_for(recommended)
     claims_devices = (
         chosen_backend.claim_templates() is not None and chosen_backend.gpu_layouts() is None
     )
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
     kept = [item for item in marked if item.recommended or _shown(item, chosen)] + twins
     opted = [task for task in tasks if task.opted_in]
+    placed = None
+    if nodes is not None:
+        modelled = any(kind.model for kind in nodes.kinds)
+        arrivals = arrivals_of(recommended, tasks, modelled, nodes.departures)
+        unfit = unplaceable(nodes.kinds, arrivals)
+        if unfit:
+            raise WorkloadError(
+                f"{_some(Counter(unfit))}: fit{'s' if len(unfit) == 1 else ''} no empty node "
+                f"{nodes.described} (its CPU, memory, GPUs or GPU model)"
+            )
+        placed = fewest(nodes.kinds, arrivals)
     return Plan(
         len(tasks),
         len(opted),
@@ -751,7 +933,45 @@ def plan(config: Config, tasks: Sequence[Task], named_backend: bool = False) -> 
         claims_devices,
         sum((task.gpus for task in opted if task.gpus.denominator != 1), Fraction(0)),
         twins,
+        placed,
+        nodes.described if nodes else "",
     )
+
+
+def arrivals_of(
+    config: Config, tasks: Sequence[Task], models: bool = True, departures: bool = True
+) -> list[Arrival]:
+    """Each task as the scheduler sees it under `config`: an opted-in share as the backend
+    gives it (in thousandths of one GPU, rounded up; whole GPUs where it gives whole
+    ones), a task left alone its whole GPUs; with its GPU models where the nodes have
+    models, and its times where `departures`."""
+    backend = plans_for(config)
+    given: dict[int, Fraction] = {}
+    arrivals = []
+    for task in tasks:
+        if task.opted_in:
+            slices = max(1, math.ceil(task.gpus * config.slices_per_gpu))
+            if slices not in given:
+                given[slices] = backend.place(slices).gpus
+            gpus = given[slices]
+        else:
+            gpus = Fraction(math.ceil(task.gpus))
+        if gpus and gpus < 1:
+            count, milli = 1, math.ceil(gpus * MILLI)
+        else:
+            count, milli = math.ceil(gpus), MILLI if gpus else 0
+        shape = PodShape(
+            task.cpu_milli, milli, count, task.models if models else (), task.memory_mib
+        )
+        arrivals.append(
+            Arrival(
+                shape,
+                task.name,
+                task.arrives if departures else None,
+                task.leaves if departures else None,
+            )
+        )
+    return arrivals
 
 
 def _estimate(today: Config, candidate: Candidate, tasks: Sequence[Task], name: str) -> Estimate:

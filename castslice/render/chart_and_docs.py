@@ -23,9 +23,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from castslice.backends import BACKENDS, backend_class, extender_backends
-from castslice.environment import KINDS, choices
-from castslice.settings.chart_values import nullable, ref
+from castslice.backends import PLACERS, placer_class
+from castslice.backends.tools import (
+    MIG_MODEL_PROFILES,
+    extender_backends,
+    foreign_profiles_chart_check,
+)
+from castslice.environment import choices
+from castslice.render.chart_values import CHART_KINDS, nullable, ref
 from castslice.settings.table import (
     BACKEND,
     SETTINGS,
@@ -41,6 +46,7 @@ SCHEMA = Path("charts/castslice/values.schema.json")
 VALUES = Path("charts/castslice/values.yaml")
 CHECK_TEMPLATE = Path("charts/castslice/templates/_settings.tpl")
 CONFIGURATION = Path("docs/configuration.md")
+MIG_PROFILES_TF = Path("infra/mig-profiles.tf")
 COMMAND = "make generate"
 SOURCE = "castslice/settings/table.py"
 
@@ -53,10 +59,10 @@ CHART_SETTINGS = tuple(entry for entry in SETTINGS if entry.value is not None)
 def property_schema(entry: Setting) -> dict[str, Any]:
     """The JSON Schema of one setting's chart value: what it alone may be."""
     most = None if entry.maximum is None else upper_bound(entry)
-    kind = KINDS[entry.kind]
+    kind = CHART_KINDS[entry.kind]
     if kind.schema is None:
         raise AssertionError(f"{entry.variable}: the chart does not set a {entry.kind.value}")
-    found = choices(entry) if entry.kind in (Kind.CHOICE, Kind.CHOICES) else ()
+    found = choices(entry) if entry.kind in (Kind.CHOICE, Kind.CHOICES, Kind.PRODUCT_NAMES) else ()
     schema = kind.schema(entry, most, found)
     if entry.default is None and entry.kind is not Kind.BOOLEAN:
         schema = nullable(schema)
@@ -174,8 +180,8 @@ def _differs_check(entry: Setting) -> list[str]:
     name, other = chart_value(entry.variable), chart_value(entry.differs_from)
     marker = "\0"
     defaults = []
-    for backend in BACKENDS:
-        pieces = backend_class(backend).default_shared_resource(marker).split(marker)
+    for backend in PLACERS:
+        pieces = placer_class(backend).default_shared_resource(marker).split(marker)
         parts = [_go_string(pieces[0])]
         for piece in pieces[1:]:
             parts += [ref(entry.differs_from), _go_string(piece)]
@@ -200,8 +206,8 @@ def _backend_refusal_check(entry: Setting) -> list[str]:
     assert entry.backend_refusal is not None
     name = chart_value(entry.variable)
     lines = []
-    for backend in BACKENDS:
-        refusal = getattr(backend_class(backend), entry.backend_refusal)
+    for backend in PLACERS:
+        refusal = getattr(placer_class(backend), entry.backend_refusal)
         if not refusal:
             continue
         message = f"{name} is set, but with backend {backend} {refusal} ({entry.variable})"
@@ -251,7 +257,7 @@ def _environment_helper() -> list[str]:
             line = f"{{{{- if $value }}}}\n{line}\n{{{{- end }}}}"
         if entry.chart_when is not None:
             line = f"{{{{- if {ref(entry.chart_when)} }}}}\n{line}\n{{{{- end }}}}"
-        lines += [*KINDS[entry.kind].chart_text(entry), *line.split("\n")]
+        lines += [*CHART_KINDS[entry.kind].chart_text(entry), *line.split("\n")]
     lines += ['{{- join "\\n" $lines }}', "{{- end -}}"]
     return lines
 
@@ -274,7 +280,7 @@ def _flags_helper() -> list[str]:
             # Go templates range over a map in the order of its keys.
             default = dict(sorted(default.items()))
         default_text = "" if default is None else environment_text(default)
-        lines += KINDS[entry.kind].chart_text(entry)
+        lines += CHART_KINDS[entry.kind].chart_text(entry)
         lines.append(
             f"{{{{- if and $value (ne $value {_go_string(default_text)}) }}}}"
             f'{{{{ $flags = append $flags (printf "{entry.flag} %s" '
@@ -300,7 +306,7 @@ def check_template() -> str:
         '{{- define "castslice.checkSettings" -}}',
     ]
     for entry in CHART_SETTINGS:
-        kind = KINDS[entry.kind]
+        kind = CHART_KINDS[entry.kind]
         if isinstance(entry.maximum, str):
             if kind.bound_check is None:
                 raise AssertionError(f"{entry.variable}: no bound by another setting for a kind")
@@ -312,6 +318,7 @@ def check_template() -> str:
         if entry.backend_refusal is not None:
             lines += _backend_refusal_check(entry)
     lines += _extender_check()
+    lines += foreign_profiles_chart_check("mig.profiles", "mig.gpuModels")
     lines.append("{{- end -}}")
     lines += _environment_helper()
     lines += _flags_helper()
@@ -321,11 +328,36 @@ def check_template() -> str:
 # The files
 
 
+def mig_profiles_terraform() -> str:
+    """The profile table's profiles per model, for Terraform's validation of
+    gke_gpu_node_pools.mig_partition_sizes against its mig_gpu_model."""
+    width = max(len(name) for name in MIG_MODEL_PROFILES) + 2
+    rows = [
+        f"    {json.dumps(name):<{width}} = [{', '.join(json.dumps(p) for p in profiles)}]"
+        for name, profiles in MIG_MODEL_PROFILES.items()
+    ]
+    return "\n".join(
+        [
+            f"# Generated from castslice/backends/mig/profiles.py by `{COMMAND}`; do not edit.",
+            "# The MIG profiles of each GPU model: gke_gpu_node_pools.mig_partition_sizes must be",
+            "# profiles of its mig_gpu_model, as CASTSLICE_MIG_PROFILES must be of",
+            "# CASTSLICE_MIG_GPU_MODELS.",
+            "locals {",
+            "  mig_profiles = {",
+            *rows,
+            "  }",
+            "}",
+            "",
+        ]
+    )
+
+
 GENERATORS: dict[Path, Callable[[str], str]] = {
     SCHEMA: updated_schema,
     VALUES: updated_values,
     CHECK_TEMPLATE: lambda _text: check_template(),
     CONFIGURATION: updated_configuration,
+    MIG_PROFILES_TF: lambda _text: mig_profiles_terraform(),
 }
 
 

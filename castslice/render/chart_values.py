@@ -2,13 +2,16 @@
 template writes it back as its variable's text, and the checks of a bound by another
 setting or of what a schema cannot state (Go template lines).
 
-These are the pieces castslice.environment's table of kinds (KINDS) puts beside each
-kind's parser, so that a kind is dispatched once; castslice.render.chart_and_docs writes
-the chart's files with them. Every template line reads a value as `$.Values.<value>`.
+CHART_KINDS puts them together per kind, beside castslice.environment's table of kinds
+(KINDS: each kind's parser), so that a kind is dispatched once on each side; tests/
+test_config.py holds the two tables to the same kinds. castslice.render.chart_and_docs
+writes the chart's files with them. Every template line reads a value as `$.Values.<value>`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from castslice.settings.config import MEMORY_UNITS
@@ -23,7 +26,7 @@ from castslice.settings.names import (
     PATH_TOKEN,
     QUALIFIED_NAME,
 )
-from castslice.settings.table import Setting, chart_value
+from castslice.settings.table import Kind, Setting, chart_value
 
 # values.schema.json: what one setting's chart value alone may be; `most` is its upper
 # bound (None: none), `choices` what a choice may be.
@@ -75,6 +78,20 @@ def presets_schema(entry: Setting, most: int | None, choices: tuple[str, ...]) -
     }
 
 
+def product_names_schema(
+    entry: Setting, most: int | None, choices: tuple[str, ...]
+) -> dict[str, Any]:
+    # A name holds no comma (the variable's separator), no tab or line break, and more
+    # than spaces.
+    name = {"type": "string", "pattern": "^[^,\\t\\n\\r]*[^,\\s][^,\\t\\n\\r]*$"}
+    names = {"type": "array", "minItems": 1, "uniqueItems": True, "items": name}
+    return {
+        "type": "object",
+        "propertyNames": {"enum": list(choices)},
+        "additionalProperties": names,
+    }
+
+
 def path_token_schema(entry: Setting, most: int | None, choices: tuple[str, ...]) -> dict[str, Any]:
     token = PATH_TOKEN.pattern.removesuffix("+") + f"{{{MIN_PATH_TOKEN_LENGTH},}}"
     return {"type": "string", "pattern": f"^{token}$"}
@@ -114,7 +131,15 @@ def namespaces_schema(entry: Setting, most: int | None, choices: tuple[str, ...]
 
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [{"type": "null"}, schema]}
+    """`schema` or null, written so that a bad value is answered with the rule it breaks
+    (`maximum: got 49, want 48`), not with "'anyOf' failed"."""
+    if "enum" in schema:
+        return {**schema, "enum": [None, *schema["enum"]]}
+    nullable_schema = {**schema, "type": ["null", schema["type"]]}
+    if "not" in schema:
+        # What the value may not be is of its type: null is never it.
+        nullable_schema["not"] = {**schema["not"], "type": schema["type"]}
+    return nullable_schema
 
 
 def decimal_range(most: int) -> str:
@@ -168,6 +193,15 @@ def presets_text(entry: Setting) -> list[str]:
         f"{{{{- range $type, $count := {ref(entry.variable)} }}}}"
         '{{ if not (kindIs "invalid" $count) }}'
         '{{ $items = append $items (printf "%s=%d" $type (int $count)) }}{{ end }}{{ end }}',
+        '{{- $value = join "," $items }}',
+    ]
+
+
+def product_names_text(entry: Setting) -> list[str]:
+    return [
+        "{{- $items := list }}",
+        f"{{{{- range $model, $names := {ref(entry.variable)} }}}}{{{{ range $names }}}}"
+        '{{ $items = append $items (printf "%s=%s" $model .) }}{{ end }}{{ end }}',
         '{{- $value = join "," $items }}',
     ]
 
@@ -246,6 +280,21 @@ def resource_checks(entry: Setting) -> list[str]:
     ]
 
 
+def product_names_checks(entry: Setting) -> list[str]:
+    """A name given to two models, which the application refuses."""
+    name = chart_value(entry.variable)
+    return [
+        "{{- $owner := dict }}",
+        f"{{{{- range $model, $names := {ref(entry.variable)} }}}}{{{{ range $names }}}}",
+        "{{- if hasKey $owner (trim .) }}",
+        f'{{{{- fail (printf "{name}: %q is given to %s already ({entry.variable})" '
+        "(trim .) (get $owner (trim .))) }}",
+        "{{- end }}",
+        "{{- $_ := set $owner (trim .) $model }}",
+        "{{- end }}{{ end }}",
+    ]
+
+
 def presets_checks(entry: Setting) -> list[str]:
     """A map whose every entry is null would be an empty variable, which is refused."""
     name = chart_value(entry.variable)
@@ -259,3 +308,39 @@ def presets_checks(entry: Setting) -> list[str]:
         'cannot be empty)" }}',
         "{{- end }}",
     ]
+
+
+Schema = Callable[[Setting, int | None, tuple[str, ...]], dict[str, Any]]
+TemplateLines = Callable[[Setting], list[str]]
+
+
+@dataclass(frozen=True)
+class ChartKind:
+    """For a kind the chart sets: what its value may be (JSON Schema), how a template writes
+    it back as the variable's text, how it checks a bound by another setting and what else
+    the schema cannot state."""
+
+    schema: Schema | None = None
+    chart_text: TemplateLines = string_text
+    bound_check: TemplateLines | None = None
+    chart_checks: TemplateLines | None = None
+
+
+CHART_KINDS: dict[Kind, ChartKind] = {
+    Kind.CHOICE: ChartKind(choice_schema),
+    Kind.CHOICES: ChartKind(choices_schema, choices_text),
+    Kind.COUNT: ChartKind(count_schema, count_text, count_bound),
+    Kind.COUNTS: ChartKind(counts_schema, counts_text, counts_bound),
+    Kind.RESOURCE: ChartKind(resource_schema, chart_checks=resource_checks),
+    Kind.PRESETS: ChartKind(presets_schema, presets_text, presets_bound, presets_checks),
+    Kind.PRODUCT_NAMES: ChartKind(
+        product_names_schema, product_names_text, chart_checks=product_names_checks
+    ),
+    Kind.PATH_TOKEN: ChartKind(path_token_schema),
+    Kind.BOOLEAN: ChartKind(boolean_schema, boolean_text),
+    Kind.DNS_SUBDOMAIN: ChartKind(dns_subdomain_schema),
+    Kind.CAPACITY: ChartKind(capacity_schema),
+    Kind.MEMORY: ChartKind(memory_schema),
+    Kind.POLICY: ChartKind(),
+    Kind.NAMESPACES: ChartKind(namespaces_schema),
+}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from castslice.contract import Manifest
 from castslice.contract.definitions import (
     ANNOTATION_PREFIX,
     CONTAINER_LISTS,
@@ -30,8 +31,6 @@ from castslice.render import cel
 from castslice.settings.config import Config
 from castslice.settings.enrolment_policy import glob_regex
 from castslice.settings.rules import NamespacePattern, Policy, Requirement, Rule
-
-Manifest = dict[str, Any]
 
 # cel-go's default parser limit on one expression.
 MAX_EXPRESSION_CODE_POINTS = 100_000

@@ -13,11 +13,10 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
+from castslice.contract import Manifest
 from castslice.contract.definitions import DEFAULT_NAMESPACE, POLICY_ANNOTATION
-from castslice.render.manifests import dump_yaml
 from castslice.render.selection import (
     RegistrationError,
     namespace_selector,
@@ -27,6 +26,7 @@ from castslice.render.selection import (
     workload_match_conditions,
     workload_rules,
 )
+from castslice.render.yaml_text import dump_yaml
 from castslice.settings.config import Config
 from castslice.settings.names import (
     MIN_PATH_TOKEN_LENGTH,
@@ -34,8 +34,6 @@ from castslice.settings.names import (
     is_dns_subdomain,
     is_path_token,
 )
-
-Manifest = dict[str, Any]
 
 POD_WEBHOOK = "pods.castslice.castops.io"
 WORKLOAD_WEBHOOK = "workloads.castslice.castops.io"

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from castslice.settings.rules import Policy
 
 DEFAULT_PRESETS = "training=4,inference=2,batch=2,dev=1"
-SHARING_STRATEGIES = ("time-slicing", "mps")
+# The strategy settings' values as types, so that the checker holds every comparison with
+# them to a value the setting can take; the tuples are the settings table's choices.
+SharingStrategy = Literal["time-slicing", "mps"]
+SHARING_STRATEGIES: tuple[SharingStrategy, ...] = get_args(SharingStrategy)
 # The `mig` backend: how the nodes offer MIG instances, which rule says an instance holds
 # a share, and where whole-GPU requests go.
-MIG_STACKS = ("mixed", "single", "gke", "dra")
-MIG_FITS = ("memory", "strict")
-MIG_WHOLE_GPU = ("gpu", "7g")
+MigStack = Literal["mixed", "single", "gke", "dra"]
+MIG_STACKS: tuple[MigStack, ...] = get_args(MigStack)
+MigFit = Literal["memory", "strict"]
+MIG_FITS: tuple[MigFit, ...] = get_args(MigFit)
+MigWholeGpu = Literal["gpu", "7g"]
+MIG_WHOLE_GPU: tuple[MigWholeGpu, ...] = get_args(MigWholeGpu)
 # Far above any sharing degree a device plugin or GKE offers; keeps the selector values short.
 MAX_SHARING_DEGREE = 1000
 # GKE's bounds of max-shared-clients-per-gpu.
@@ -52,7 +59,7 @@ class Config:
     backend: str = "resource"
     slices_per_gpu: int = 4
     sharing_degrees: tuple[int, ...] = (4,)
-    sharing_strategy: str = "time-slicing"
+    sharing_strategy: SharingStrategy = "time-slicing"
     # The enrolment policy (CASTSLICE_POLICY or CASTSLICE_POLICY_FILE); None: annotations only.
     policy: Policy | None = None
     metrics: bool = False
@@ -62,6 +69,11 @@ class Config:
     dra_device_class: str = "gpu.nvidia.com"
     dra_capacity: str = "shares"
     dra_gpu_memory: int | None = None
+    # One GPU's memory in bytes on the sharing nodes (the smallest where they differ), or
+    # None: containers get no GPU memory request or limit.
+    gpu_memory: int | None = None
+    # Whether Pods given GPU memory limits are kept on nodes that enforce them.
+    gpu_memory_enforced_only: bool = True
     # The scheduler opted-in Pods are sent to (spec.schedulerName), or None: their own.
     scheduler_name: str | None = None
     # The `mig` backend: the GPU models of the cluster's MIG nodes (names of the profile
@@ -70,10 +82,12 @@ class Config:
     # of GKE partition pools time-shared on top (None: no Pod shares a partition).
     mig_gpu_models: tuple[str, ...] = ("A100-80GB",)
     mig_profiles: tuple[str, ...] | None = None
-    mig_stack: str = "mixed"
-    mig_fit: str = "memory"
-    mig_whole_gpu: str = "gpu"
+    mig_stack: MigStack = "mixed"
+    mig_fit: MigFit = "memory"
+    mig_whole_gpu: MigWholeGpu = "gpu"
     mig_time_shared_clients: int | None = None
+    # More names the boards of a model report (model -> names), beside the profile table's.
+    mig_product_names: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def memory_quantity(size: int) -> str:

@@ -52,6 +52,8 @@ class Kind(Enum):
     DNS_SUBDOMAIN = "dns-subdomain"
     # A device capacity's qualified name.
     CAPACITY = "capacity"
+    # MODEL=NAME, comma-separated: names for `choices` (the MIG profile table's models).
+    PRODUCT_NAMES = "product-names"
     # A whole number of Mi, Gi or Ti up to `maximum` bytes.
     MEMORY = "memory"
     # The enrolment policy, as text or as a file's path; the chart writes it itself.
@@ -66,6 +68,7 @@ BACKEND = "CASTSLICE_BACKEND"
 GPU_RESOURCE = "CASTSLICE_GPU_RESOURCE"
 STRICT_SETTINGS = "CASTSLICE_STRICT_SETTINGS"
 SCHEDULER_NAME = "CASTSLICE_SCHEDULER_NAME"
+GPU_MEMORY = "CASTSLICE_GPU_MEMORY"
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ class Setting:
     # The Backend attribute saying why a backend refuses this setting when it is set (None
     # there: the backend takes it); the application and the chart refuse the same.
     backend_refusal: str | None = None
+    # The backend whose setting this is (None: every backend's), and the value another
+    # setting must have for it to do anything, e.g. ("CASTSLICE_MIG_STACK", ("gke",)).
+    used_by: str | None = None
+    used_when: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def in_environment(self) -> bool:
@@ -233,6 +240,7 @@ SETTINGS: tuple[Setting, ...] = (
         noun="a DeviceClass name",
         flag="--dra-device-class",
         flag_help="the DeviceClass the dra backend's claims name",
+        used_by="dra",
     ),
     Setting(
         "CASTSLICE_DRA_CAPACITY", "draCapacity", Kind.CAPACITY, Config.dra_capacity,
@@ -241,6 +249,7 @@ SETTINGS: tuple[Setting, ...] = (
         "and `/`.",
         flag="--dra-capacity",
         flag_help="the device capacity the dra backend's claims request shares of",
+        used_by="dra",
     ),
     Setting(
         "CASTSLICE_DRA_GPU_MEMORY", "draGpuMemory", Kind.MEMORY, None,
@@ -253,6 +262,35 @@ SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_GPU_MEMORY,
         flag="--dra-gpu-memory",
         flag_help="one GPU's memory, e.g. 80Gi: dra claims then request their share of it",
+        used_by="dra",
+    ),
+    Setting(
+        GPU_MEMORY, "gpuMemory", Kind.MEMORY, None,
+        "One GPU's memory on the sharing nodes (the smallest, where they differ), a whole "
+        "number of `Mi`, `Gi` or `Ti` (`143771Mi` on H200 nodes: GPU Feature Discovery's "
+        "`nvidia.com/gpu.memory` label, in MiB). Set, every opted-in container that gets a "
+        "fraction of a GPU without MIG gets `NVIDIA_GPU_MEMORY_REQUEST` and "
+        "`NVIDIA_GPU_MEMORY_LIMIT`, its share of it in MiB, which an NVIDIA driver 615 or "
+        "later enforces ([backends.md](backends.md#gpu-memory-limits)).",
+        default_text="no GPU memory limits",
+        chart_note="GPU memory limits the driver enforces: one GPU's memory (null: none; "
+        "else a whole number of Mi, Gi or Ti, as 143771Mi), and whether Pods with limits "
+        "are kept on nodes whose driver enforces them.",
+        maximum=MAX_GPU_MEMORY,
+        flag="--gpu-memory",
+        flag_help="one GPU's memory, e.g. 143771Mi: fractional Pods then get memory limits",
+    ),
+    Setting(
+        "CASTSLICE_GPU_MEMORY_ENFORCED_ONLY", "gpuMemoryEnforcedOnly", Kind.BOOLEAN,
+        Config.gpu_memory_enforced_only,
+        "With `CASTSLICE_GPU_MEMORY`: `true` keeps each Pod given memory limits on nodes "
+        "that GPU Feature Discovery labels with a driver of 615 or later "
+        "(`nvidia.com/cuda.driver-version.major`) and at least that much memory per GPU "
+        "(`nvidia.com/gpu.memory`); `false` places it as before, for clusters whose every "
+        "sharing node enforces the limits or runs no toolkit hook that reads them "
+        "([backends.md](backends.md#gpu-memory-limits)).",
+        flag="--gpu-memory-enforced-only",
+        flag_help="true: Pods with GPU memory limits only go to nodes that enforce them",
     ),
     Setting(
         SCHEDULER_NAME, "schedulerName", Kind.DNS_SUBDOMAIN, None,
@@ -279,12 +317,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "CASTSLICE_MIG_GPU_MODELS", "mig.gpuModels", Kind.CHOICES, list(Config.mig_gpu_models),
         "`mig`: the GPU models of the MIG nodes, comma-separated: `A100-40GB`, `A100-80GB`, "
-        "`H100-80GB`, `H200`, `B200`, `A30`. Their MIG profiles are NVIDIA's "
+        "`H100-80GB`, `H100-NVL`, `H100-96GB` (GH200), `H200`, `B200`, `A30`. Their MIG "
+        "profiles are NVIDIA's, their sizes as the boards report them "
         "([backends.md](backends.md#mig)).",
         chart_note="The mig backend: the GPU models, the profiles offered (null: every "
         "profile of those models), the stack, the rule for holding a share, whole GPUs.",
         flag="--mig-gpu-models",
         flag_help="the MIG nodes' GPU models, e.g. A100-80GB,H100-80GB",
+        used_by="mig",
     ),
     Setting(
         "CASTSLICE_MIG_PROFILES", "mig.profiles", Kind.CHOICES, None,
@@ -293,6 +333,7 @@ SETTINGS: tuple[Setting, ...] = (
         default_text="every profile of the models",
         flag="--mig-profiles",
         flag_help="the MIG profiles the nodes offer",
+        used_by="mig",
     ),
     Setting(
         "CASTSLICE_MIG_STACK", "mig.stack", Kind.CHOICE, Config.mig_stack,
@@ -302,6 +343,7 @@ SETTINGS: tuple[Setting, ...] = (
         choices=MIG_STACKS,
         flag="--mig-stack",
         flag_help="how nodes offer MIG instances",
+        used_by="mig",
     ),
     Setting(
         "CASTSLICE_MIG_FIT", "mig.fit", Kind.CHOICE, Config.mig_fit,
@@ -310,6 +352,7 @@ SETTINGS: tuple[Setting, ...] = (
         choices=MIG_FITS,
         flag="--mig-fit",
         flag_help="when a MIG instance holds a share: memory, or memory and compute (strict)",
+        used_by="mig",
     ),
     Setting(
         "CASTSLICE_MIG_WHOLE_GPU", "mig.wholeGpu", Kind.CHOICE, Config.mig_whole_gpu,
@@ -318,6 +361,20 @@ SETTINGS: tuple[Setting, ...] = (
         choices=MIG_WHOLE_GPU,
         flag="--mig-whole-gpu",
         flag_help="where one-GPU Pods go: gpu or 7g",
+        used_by="mig",
+    ),
+    Setting(
+        "CASTSLICE_MIG_PRODUCT_NAMES", "mig.productNames", Kind.PRODUCT_NAMES, None,
+        "`mig`: more names the boards of a model report, as `MODEL=NAME` entries, "
+        "comma-separated (`H200=NVIDIA H200 NVL`): NVML's name (`nvidia-smi "
+        "--query-gpu=name`, the DRA driver's `productName`) or GPU Feature Discovery's "
+        "`nvidia.com/gpu.product`. `castslice doctor` names a MIG node whose product no "
+        "model has, with the entry to add ([backends.md](backends.md#gpu-models-and-their-names)).",
+        default_text="the profile table's names",
+        chart_note="model: [names], e.g. H200: [NVIDIA H200 NVL]",
+        flag="--mig-product-names",
+        flag_help="more product names of a MIG model, e.g. H200=NVIDIA H200 NVL",
+        used_by="mig",
     ),
     Setting(
         "CASTSLICE_MIG_TIME_SHARED_CLIENTS", "mig.timeSharedClients", Kind.COUNT, None,
@@ -330,6 +387,8 @@ SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_GKE_SHARED_CLIENTS,
         flag="--mig-time-shared-clients",
         flag_help="clients per time-shared GKE partition (gke stack)",
+        used_by="mig",
+        used_when=("CASTSLICE_MIG_STACK", ("gke",)),
     ),
     Setting(
         "claimTemplates.namespaces", "claimTemplates.namespaces", Kind.NAMESPACES, [],
@@ -362,12 +421,36 @@ def upper_bound(setting: Setting) -> int:
     return bound
 
 
+def config_value(config: Config, variable: str) -> object:
+    """What the configuration holds for a CASTSLICE_* variable (CASTSLICE_MIG_STACK:
+    config.mig_stack)."""
+    return getattr(config, variable.removeprefix("CASTSLICE_").lower())
+
+
+def idle_reason(entry: Setting, config: Config) -> str | None:
+    """Why a setting does nothing with this configuration (another backend's, or another
+    stack's), or None: it is used."""
+    if entry.used_by is not None and entry.used_by != config.backend:
+        return f"the {entry.used_by} backend's"
+    if entry.used_when is not None:
+        other, values = entry.used_when
+        if config_value(config, other) not in values:
+            return f"only with {other}={' or '.join(values)}"
+    return None
+
+
 def environment_text(value: object) -> str:
-    """A value as its variable's text: lists comma-separated, maps type=count, booleans lower."""
+    """A value as its variable's text: lists comma-separated, maps key=value (a key of a list
+    once per item), booleans lower."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
     if isinstance(value, dict):
-        return ",".join(f"{key}={count}" for key, count in value.items() if count is not None)
+        return ",".join(
+            f"{key}={item}"
+            for key, items in value.items()
+            if items is not None
+            for item in (items if isinstance(items, list | tuple) else [items])
+        )
     return str(value)

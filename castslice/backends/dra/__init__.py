@@ -17,36 +17,27 @@ import functools
 from collections.abc import Sequence
 from fractions import Fraction
 
-from castslice.backends.base import (
-    DEVICES,
-    Backend,
-    ClaimTemplates,
-    GpuView,
+from castslice.backends.dra.claim_templates import claim_shape, default_counts, template_name
+from castslice.backends.placer import (
     LeftAlone,
-    Manifest,
-    NodeCheck,
     Placement,
+    Placer,
     claim_operations,
     claims_left_alone,
+    node_expressions,
 )
-from castslice.backends.dra import devices_check, templates_check
-from castslice.backends.dra.claim_templates import (
-    DraClaimTemplates,
-    claim_shape,
-    default_counts,
-    template_name,
-)
-from castslice.backends.dra.gpu_view import read_device_view
-from castslice.contract.cluster import Cluster
 from castslice.contract.kube import PodSpec
-from castslice.contract.patch import GpuContainer, PatchOperation
+from castslice.contract.patch import (
+    GpuContainer,
+    PatchOperation,
+    required_expressions_operations,
+)
 
 
-class DraBackend(Backend):
+class DraPlacer(Placer):
     """Claims of `s` shares of one device, or of whole devices; no node labels."""
 
     name = "dra"
-    extender_gpus = DEVICES
     policy_mode_refusal = (
         "the dra backend adds resource claims to Pods, and policy mode does not render "
         "them yet; use the webhook (castslice webhook) with CASTSLICE_BACKEND=dra"
@@ -61,13 +52,15 @@ class DraBackend(Backend):
         per_gpu = self.config.slices_per_gpu
         share = Fraction(shape.devices) if slices >= per_gpu else Fraction(slices, per_gpu)
         # The resource and count say what the claim replaces: the GPUs, as devices.
-        return Placement(
+        placement = Placement(
             self.config.gpu_resource,
             shape.devices,
             {},
             share,
             claim_template=template_name(self.config, slices),
         )
+        # The claim's consumed capacity, s of S shares of one device, is its share.
+        return self.with_memory(placement, share) if slices < per_gpu else placement
 
     def left_alone(self, spec: PodSpec) -> LeftAlone | None:
         return claims_left_alone(spec)
@@ -76,9 +69,10 @@ class DraBackend(Backend):
         self, spec: PodSpec, containers: Sequence[GpuContainer], placement: Placement
     ) -> list[PatchOperation]:
         assert placement.claim_template is not None
-        return claim_operations(
+        operations = claim_operations(
             spec, containers, self.config.gpu_resource, placement.claim_template
         )
+        return operations + required_expressions_operations(spec, node_expressions(placement))
 
     @functools.cached_property
     def _rendered_templates(self) -> frozenset[str]:
@@ -99,50 +93,10 @@ class DraBackend(Backend):
             )
         if placement.gpus < 1:
             share = f"{placement.gpus.numerator}/{placement.gpus.denominator}"
+            # With GPU memory limits the driver keeps its memory; its compute stays shared.
+            isolation = "compute" if placement.memory_share is not None else "memory"
             notes.append(
                 f"dra: the {share} GPU share is scheduler bookkeeping; sharing processes get "
-                "no memory isolation from time-slicing"
+                f"no {isolation} isolation from time-slicing"
             )
         return tuple(notes)
-
-    def setup_hint(self) -> str:
-        return devices_check.setup_hint(self.config)
-
-    def claim_templates(self) -> ClaimTemplates:
-        return DraClaimTemplates(self.config)
-
-    def node_checks(self) -> Sequence[NodeCheck]:
-        return (
-            NodeCheck(
-                devices_check.CHECK,
-                "get deviceclasses and list resourceslices",
-                devices_check.check_devices,
-            ),
-            NodeCheck(
-                devices_check.GUARD_CHECK,
-                "list deviceclasses, resourceslices, devicetaintrules and nodes",
-                devices_check.check_guard,
-            ),
-            NodeCheck(
-                templates_check.CHECK,
-                "list pods and resourceclaimtemplates",
-                templates_check.check_templates,
-            ),
-        )
-
-    def describe(self) -> str:
-        return (
-            f"backend {self.name}, device class {self.config.dra_device_class}, "
-            f"capacity {self.config.dra_capacity}"
-        )
-
-    def gpu_view(self, cluster: Cluster, nodes: Sequence[Manifest]) -> GpuView:
-        # The claims' allocations name the device; the nodes add nothing to that.
-        return read_device_view(cluster, self.config)
-
-    def report_rights(self) -> str:
-        return "list resourceclaims and resourceslices"
-
-    def quota_resource(self) -> str | None:
-        # Claims count against `<class>.deviceclass.resource.k8s.io/devices`, not a resource.
-        return None

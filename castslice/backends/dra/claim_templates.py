@@ -12,18 +12,17 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from castslice.backends.base import (
+from castslice.backends.placer import whole_gpus
+from castslice.backends.templates import (
     PART_OF,
     TemplateCounts,
     configured_counts,
     enrolled_namespaces,
     resource_claim_template,
     template_slices,
-    whole_gpus,
 )
+from castslice.contract import Manifest
 from castslice.settings.config import MEBIBYTE, Config, memory_quantity
-
-Manifest = dict[str, Any]
 
 __all__ = [
     "API_VERSION",

@@ -8,14 +8,12 @@ A device can be shared by claims when its driver publishes it with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from castslice.backends.dra.claim_templates import API_VERSION, SHARED_TAINT, memory_quantity
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.findings import Result, failed, passed, warning
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "devices"
 GUARD_CHECK = "extended resource guard"

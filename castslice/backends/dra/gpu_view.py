@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
 
-from castslice.backends.base import GpuHold, GpuPlace
 from castslice.backends.dra.claim_templates import API_VERSION
+from castslice.backends.roles import GpuHold, GpuPlace
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.scheduling import count
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 _API = f"/apis/{API_VERSION}"
 

@@ -8,7 +8,6 @@ Pod stays Pending.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from castslice.backends.dra.claim_templates import (
     API_VERSION,
@@ -16,12 +15,11 @@ from castslice.backends.dra.claim_templates import (
     default_counts,
     template_name,
 )
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import APPLIED, DecisionRecord
 from castslice.contract.findings import Result, failed, passed, warning
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "claim templates"
 _API = f"/apis/{API_VERSION}"

@@ -1,9 +1,11 @@
 """Which MIG instance holds a share of a GPU, on each GPU model of the cluster.
 
-"Holds s/S" is a setting: memory-first (the instance's memory is at least s/S of the
-GPU's: memory is what kills a neighbour, compute only slows) or strict (its memory and
-its compute both are). Of the instances that hold the share, the smallest: the fewest
-memory slices, then the fewest compute slices.
+"Holds s/S" is a setting: memory-first (the instance's MiB are at least s/S of what MIG
+makes usable on the GPU, GpuModel.usable_mib: memory is what kills a neighbour, compute
+only slows) or strict (its SMs too are at least s/S of GpuModel.usable_sms). A share is of
+what MIG makes usable, not of the board: MIG keeps part of every memory slice, so no
+instance has its slices' share of the board's memory (docs/backends.md). Of the instances
+that hold the share, the smallest: the fewest memory slices, then the fewest compute slices.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ class Instance(NamedTuple):
 
 
 def models(config: Config) -> tuple[GpuModel, ...]:
-    return tuple(MODELS[name] for name in config.mig_gpu_models)
+    """The configured models, each recognised by the product names the settings add."""
+    return tuple(
+        MODELS[name].with_names(tuple(config.mig_product_names.get(name, ())))
+        for name in config.mig_gpu_models
+    )
 
 
 def offered(config: Config, model: GpuModel) -> tuple[Profile, ...]:
@@ -35,9 +41,9 @@ def offered(config: Config, model: GpuModel) -> tuple[Profile, ...]:
 
 
 def holds(config: Config, model: GpuModel, profile: Profile, share: Fraction) -> bool:
-    if model.memory(profile) < share:
+    if model.memory_share(profile) < share:
         return False
-    return config.mig_fit == "memory" or model.compute(profile) >= share
+    return config.mig_fit == "memory" or model.compute_share(profile) >= share
 
 
 def smallest(
@@ -66,14 +72,15 @@ def left_out(config: Config, model: GpuModel, share: Fraction) -> Profile | None
     return best
 
 
-def below_smallest(config: Config, instance: Instance, share: Fraction) -> bool:
-    """Whether `instance` is the model's smallest offered one and `share` is smaller than it
-    (by the fit rule): a Pod that would leave part of a partition idle, so may time-share one."""
+def time_shares(config: Config, instance: Instance, share: Fraction, clients: int) -> bool:
+    """Whether a Pod of `share` may share `instance` with up to `clients` - 1 others: it is the
+    model's smallest offered one, and a client's part of it (1/clients, by the fit rule)
+    still holds the share, so a Pod never gets less than its share."""
     model = instance.model
     least = smallest_offered(config, model)
-    if least != instance.profile or model.memory(least) <= share:
+    if least != instance.profile or model.memory_share(least) < share * clients:
         return False
-    return config.mig_fit == "memory" or model.compute(least) > share
+    return config.mig_fit == "memory" or model.compute_share(least) >= share * clients
 
 
 def smallest_offered(config: Config, model: GpuModel) -> Profile | None:

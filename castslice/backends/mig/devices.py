@@ -13,19 +13,17 @@ one per slice count, as for the `dra` backend.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
-from castslice.backends.base import (
+from castslice.backends.mig.choice import Instance
+from castslice.backends.templates import (
     TemplateCounts,
     configured_counts,
     enrolled_namespaces,
     resource_claim_template,
     template_slices,
 )
-from castslice.backends.mig.choice import Instance
+from castslice.contract import Manifest
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 API_VERSION = "resource.k8s.io/v1"
 MIG_CLASS = "mig.nvidia.com"

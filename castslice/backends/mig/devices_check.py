@@ -6,15 +6,14 @@ v25.12.0, cmd/gpu-kubelet-plugin/deviceinfo.go), and its `mig.nvidia.com` Device
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from castslice.backends.mig import product_names
 from castslice.backends.mig.choice import Instance
 from castslice.backends.mig.devices import API_VERSION, DRIVER, MIG_CLASS
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.findings import Result, failed, passed
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "mig devices"
 RIGHTS = "get deviceclasses and list resourceslices"
@@ -40,6 +39,7 @@ def published(slices: Sequence[Manifest]) -> set[tuple[str, str]]:
 
 
 def assess(
+    config: Config,
     needed: Sequence[tuple[list[Instance], list[int]]],
     device_class: Manifest | None,
     slices: Sequence[Manifest],
@@ -59,6 +59,13 @@ def assess(
         ):
             names = " or ".join(f"{i.model.name} {i.profile.name}" for i in instances)
             missing.append(f"no MIG device {names} is published (for {_counts(counts)})")
+    by_product: dict[str, list[str]] = {}
+    for profile, product in sorted(offered):
+        by_product.setdefault(product, []).append(profile)
+    for product, listed in by_product.items():
+        unknown = product_names.unrecognised(config, product, listed, exact=True)
+        if unknown is not None:
+            missing.append(unknown)
     if missing:
         return failed(CHECK, "; ".join(missing), fix)
     profiles = ", ".join(sorted({profile for profile, _ in offered}))
@@ -84,6 +91,6 @@ def check(
                 raise
             device_class = None
         slices = list(cluster.list(f"{_API}/resourceslices"))
-        return assess(needed(), device_class, slices, fix)
+        return assess(config, needed(), device_class, slices, fix)
 
     return run

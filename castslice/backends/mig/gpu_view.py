@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
 
-from castslice.backends.base import GpuHold, GpuPlace, NodeGpuView, label_count
+from castslice.backends.answers import NodeGpuView
 from castslice.backends.mig.choice import Instance
+from castslice.backends.placer import label_count
+from castslice.backends.roles import GpuHold, GpuPlace
+from castslice.contract import Manifest
 from castslice.contract.scheduling import allocatable
 
-Manifest = dict[str, Any]
 # GPU Feature Discovery's count of a node's physical GPUs (k8s-device-plugin v0.20.0).
 GPU_COUNT = "nvidia.com/gpu.count"
 # GKE: a partition pool time-shared on top advertises each partition once per client.

@@ -5,8 +5,9 @@ profile's placements (a start and a size in memory slices), no two overlap, and 
 compute slices add up to at most the GPU's. The placements are NVML's
 (`GpuInstancePlacements`), as go-nvml's A100 and A30 models at 2f9e261 give them
 (`pkg/nvml/mock/gpus/{a100,a30}.go`, tests/test_mig_layouts.py checks them against the
-verbatim copies); the H100, H200 and B200 have the A100's (NVIDIA's MIG User Guide, "Supported
-MIG Profiles"), a placement being keyed by the profile's compute and memory slices.
+verbatim copies); the H100s, H200 and B200 have the A100's (NVIDIA's MIG User
+Guide, "Supported MIG Profiles"; the H200 capture's and the H100 NVL's `-lgipp` say so too), a
+placement being keyed by the profile's compute and memory slices.
 
 `all-balanced` is mig-parted v0.15.0's layout of that name (`config-default.yaml`), per
 model.
@@ -24,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from castslice.backends.base import LaidOut
 from castslice.backends.mig import choice
-from castslice.backends.mig.profiles import GpuModel, Profile
+from castslice.backends.mig.profiles import PROFILE_NAMES, GpuModel, Profile
+from castslice.backends.mig.stacks import stack_for
+from castslice.backends.roles import LaidOut
 from castslice.settings.config import Config
 
 # The instance (its profile's name) a Pod of a slice count gets under a configuration, as
@@ -51,14 +53,13 @@ STARTS: Mapping[tuple[int, int], Mapping[tuple[int, int], tuple[int, ...]]] = {
     },
 }
 
-# The stacks where every GPU of a node offers one profile.
-ONE_PROFILE_STACKS = ("single", "gke")
-
 # mig-parted v0.15.0's `all-balanced`, per model: instances per GPU.
 BALANCED: Mapping[str, Mapping[str, int]] = {
     "A100-40GB": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1},
     "A100-80GB": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
     "H100-80GB": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+    "H100-NVL": {"1g.12gb": 2, "2g.24gb": 1, "3g.47gb": 1},
+    "H100-96GB": {"1g.12gb": 2, "2g.24gb": 1, "3g.48gb": 1},
     "H200": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1},
     "B200": {"1g.23gb": 2, "2g.45gb": 1, "3g.90gb": 1},
     "A30": {"1g.6gb": 2, "2g.12gb": 1},
@@ -79,18 +80,24 @@ def starts(model: GpuModel, profile: Profile) -> tuple[int, ...]:
     return geometry[(profile.compute_slices, profile.memory_slices)]
 
 
+def put(model: GpuModel, state: GpuState, profile: Profile, start: int) -> GpuState | None:
+    """`state` with one more `profile` instance at the placement starting at `start`, or
+    None: that placement is taken, or the GPU's compute slices are."""
+    bits = ((1 << profile.memory_slices) - 1) << start
+    if state.taken & bits or state.compute + profile.compute_slices > model.compute_total:
+        return None
+    return GpuState(
+        state.taken | bits,
+        state.compute + profile.compute_slices,
+        (*state.instances, profile.name),
+    )
+
+
 def add(model: GpuModel, state: GpuState, profile: Profile) -> GpuState | None:
     """`state` with one more `profile` instance at its first free placement, or None."""
-    if state.compute + profile.compute_slices > model.compute_total:
-        return None
     for start in starts(model, profile):
-        bits = ((1 << profile.memory_slices) - 1) << start
-        if not state.taken & bits:
-            return GpuState(
-                state.taken | bits,
-                state.compute + profile.compute_slices,
-                (*state.instances, profile.name),
-            )
+        if (after := put(model, state, profile, start)) is not None:
+            return after
     return None
 
 
@@ -179,11 +186,16 @@ class MigLayout:
     of the mix holds one profile, and there is no `all-balanced`.
     """
 
-    def __init__(self, config: Config, name: str, chooser: Chooser) -> None:
+    def __init__(
+        self, config: Config, name: str, chooser: Chooser, spell_profiles: bool = False
+    ) -> None:
         self.model = choice.models(config)[0]
         self.name = name
         self.chooser = chooser
-        self.one_profile = config.mig_stack in ONE_PROFILE_STACKS
+        # Say "every profile" as the list of them: today's settings restrict them.
+        self.spell_profiles = spell_profiles
+        self.stack = stack_for(config)
+        self.one_profile = self.stack.one_profile
         self.per_gpu: Mapping[str, int] | None = None
         if name == "all-balanced":
             self.per_gpu = BALANCED[self.model.name]
@@ -207,6 +219,10 @@ class MigLayout:
         }
         if config.mig_profiles is not None:
             environment["CASTSLICE_MIG_PROFILES"] = ",".join(config.mig_profiles)
+        elif self.spell_profiles:
+            offered = {p.name for model in choice.models(config) for p in model.profiles}
+            every = [name for name in PROFILE_NAMES if name in offered]
+            environment["CASTSLICE_MIG_PROFILES"] = ",".join(every)
         return environment
 
     def pack(self, pods: Mapping[int, int]) -> list[LaidOut]:
@@ -245,12 +261,11 @@ class MigLayout:
         if not gpus:
             return ()
         model = self.model.name
-        if self.config.mig_stack == "gke":
-            pools = "; ".join(
-                f"{laid.gpus} {_gpus(laid.gpus)} with gpu-partition-size={laid.instances[0][0]}"
-                for laid in laid_out
-            )
-            return (f"create GKE node pools of {model} GPUs: {pools}",)
+        pools = self.stack.node_pools(
+            model, [(laid.gpus, laid.instances[0][0]) for laid in laid_out]
+        )
+        if pools is not None:
+            return (pools,)
         if self.per_gpu is not None:
             return (
                 f"label the nodes of the {gpus} MIG {_gpus(gpus)} ({model}) "
@@ -282,9 +297,16 @@ def _count(layout: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
 
 
 def layouts(config: Config, chooser: Chooser) -> list[MigLayout]:
-    """The mix first (how a configuration's own nodes are counted), then all-balanced, then
-    all-<profile> for each profile of the model the settings offer."""
+    """The mix of the profiles the settings offer first (how a configuration's own nodes are
+    counted), then every way of cutting the model's GPUs, whatever today's settings offer:
+    the mix of every profile, all-balanced, and all-<profile> for each of its profiles."""
     model = choice.models(config)[0]
-    balanced = [] if config.mig_stack in ONE_PROFILE_STACKS else ["all-balanced"]
-    names = ["mix", *balanced] + [f"all-{p.name}" for p in choice.offered(config, model)]
-    return [MigLayout(config, name, chooser) for name in names]
+    balanced = [] if stack_for(config).one_profile else ["all-balanced"]
+    restricted = config.mig_profiles is not None
+    every = replace(config, mig_profiles=None)
+    names = ["mix", *balanced] + [f"all-{p.name}" for p in model.profiles]
+    found = [MigLayout(every, name, chooser, spell_profiles=restricted) for name in names]
+    if restricted:
+        today = f"mix of {','.join(config.mig_profiles or ())}"
+        found.insert(0, MigLayout(config, today, chooser))
+    return found

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from castslice.backends.base import Backend, Placement
+from castslice.backends.placer import Placement, Placer
 
 
-class ResourceBackend(Backend):
+class ResourcePlacer(Placer):
     """`CASTSLICE_SHARED_RESOURCE: s`; the device plugin must accept counts above 1."""
 
     name = "resource"
 
     def place(self, slices: int) -> Placement:
         share = Fraction(slices, self.config.slices_per_gpu)
-        return Placement(self.shared_resource, slices, {}, share)
-
-    def setup_hint(self) -> str:
-        return (
-            f"make the device plugin advertise {self.shared_resource} in slices, or set "
-            "CASTSLICE_SHARED_RESOURCE to the resource your nodes offer"
+        placement = Placement(self.shared_resource, slices, {}, share)
+        if slices == 1:
+            return self.with_memory(placement, share)
+        if self.config.gpu_memory is None:
+            return placement
+        # The device plugin's default allocation policy (distributed) spreads a container's
+        # units over the node's GPUs, as many on each as it happens to find free: no limit
+        # per GPU is both within what the container holds there and not below it.
+        caveat = (
+            f"resource: GPU memory not limited: the Pod's {slices} units may lie on several "
+            "GPUs, in parts CastSlice cannot know"
         )
+        return placement._replace(caveats=(caveat,))

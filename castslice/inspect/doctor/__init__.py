@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from castslice.backends import NodeCheck, backend_for
+from castslice.backends.roles import NodeCheck
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.findings import Result, failed
-from castslice.inspect.checks import (
+from castslice.inspect.doctor import (
     capacity,
     dry_run,
     endpoint,
     fail_open,
+    gpu_memory,
     gpu_nodes,
     likely_cause,
     pending,
@@ -27,8 +29,6 @@ from castslice.inspect.checks import (
     scheduler,
 )
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -61,7 +61,7 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
             )
         )
     cause = likely_cause.for_endpoint(config, live, webhook_names)
-    own = backend_for(config).node_checks()
+    own = node_checks_for(config).node_checks()
     node_checks = [
         (check.name, check.rights, functools.partial(check.run, cluster, config))
         for check in (own if own is not None else _DEVICE_PLUGIN_CHECKS)
@@ -73,6 +73,17 @@ def run_checks(cluster: Cluster, config: Config, name: str, namespace: str) -> l
         *(
             [(scheduler.CHECK, "list pods", lambda: scheduler.check_scheduler(cluster, config))]
             if config.scheduler_name
+            else []
+        ),
+        *(
+            [
+                (
+                    gpu_memory.CHECK,
+                    "list nodes",
+                    lambda: gpu_memory.check_gpu_memory(cluster, config),
+                )
+            ]
+            if config.gpu_memory is not None
             else []
         ),
         (fail_open.CHECK, "", lambda: fail_open.check_fail_open(cluster, webhook_names)),

@@ -9,15 +9,15 @@ request, as the scheduler counts it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from castslice.backends import Backend, Placement, backend_for
+from castslice.backends import Placement
+from castslice.backends.roles import NodeChecks
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed, warning
 from castslice.contract.scheduling import BOUND_PODS, allocatable, pod_request
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "nodes"
 
@@ -30,7 +30,7 @@ def check_nodes(cluster: Cluster, config: Config) -> Result:
 
 def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) -> Result:
     """The check's result for these nodes and the Pods bound to them."""
-    backend = backend_for(config)
+    backend = node_checks_for(config)
     usable = [node for node in nodes if is_usable(node)]
     placements = needed_placements(config)
     missing = []
@@ -68,7 +68,7 @@ def assess(config: Config, nodes: Sequence[Manifest], pods: Sequence[Manifest]) 
 
 def needed_placements(config: Config) -> list[tuple[Placement, list[int]]]:
     """Each distinct (resource, node labels) the backend uses, with the slice counts using it."""
-    backend = backend_for(config)
+    backend = node_checks_for(config)
     found: dict[tuple[object, ...], tuple[Placement, list[int]]] = {}
     for slices in range(1, config.slices_per_gpu + 1):
         placement = backend.place(slices)
@@ -77,6 +77,7 @@ def needed_placements(config: Config) -> list[tuple[Placement, list[int]]]:
             tuple(sorted(placement.node_selector.items())),
             placement.labels_in,
             placement.absent_node_labels,
+            placement.labels_at_least,
         )
         found.setdefault(key, (placement, []))[1].append(slices)
     return list(found.values())
@@ -92,7 +93,7 @@ def is_usable(node: Manifest) -> bool:
     )
 
 
-def serves(backend: Backend, node: Manifest, placement: Placement) -> bool:
+def serves(backend: NodeChecks, node: Manifest, placement: Placement) -> bool:
     labels = (node.get("metadata") or {}).get("labels") or {}
     if not backend.serves(labels, placement):
         return False
@@ -100,7 +101,7 @@ def serves(backend: Backend, node: Manifest, placement: Placement) -> bool:
 
 
 def room(
-    backend: Backend, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
+    backend: NodeChecks, nodes: Iterable[Manifest], pods: Iterable[Manifest], placement: Placement
 ) -> int:
     """How many more Pods placed as `placement` fit on `nodes` right now."""
     used: dict[str, int] = {}
@@ -119,6 +120,7 @@ def room(
 def _describe(placement: Placement) -> str:
     labels = [f"{key}={value}" for key, value in sorted(placement.node_selector.items())]
     labels += [f"{key} in ({', '.join(values)})" for key, values in placement.labels_in]
+    labels += [f"{key} >= {least}" for key, least in placement.labels_at_least]
     if not labels:
         return placement.resource
     return f"{placement.resource} with {', '.join(labels)}"

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import jsonpatch
 
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.definitions import APPLIED, OPTIMIZE, DecisionRecord
 from castslice.contract.findings import Result, failed, passed
 from castslice.decision.admission import Admission
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "dry-run"
 # The failure that means the API server did not get CastSlice's answer.

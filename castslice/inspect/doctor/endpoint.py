@@ -17,12 +17,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
 
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster, connection_problem
 from castslice.contract.findings import Result, failed, passed, unknown
-
-Manifest = dict[str, Any]
 
 CHECK = "endpoint"
 _TIMEOUT = 10.0

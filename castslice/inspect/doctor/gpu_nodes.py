@@ -8,15 +8,15 @@ that share GPUs in a way the backend cannot use (the backend says which).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from castslice.backends import Backend, Placement, backend_for
+from castslice.backends import Placement
+from castslice.backends.roles import NodeChecks
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed
-from castslice.inspect.checks.capacity import is_usable, serves
+from castslice.inspect.doctor.capacity import is_usable, serves
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "gpu-nodes"
 # Enough names to find the nodes; the count says how many there are.
@@ -28,7 +28,7 @@ def check_gpu_nodes(cluster: Cluster, config: Config) -> Result:
 
 
 def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
-    backend = backend_for(config)
+    backend = node_checks_for(config)
     usable = [node for node in nodes if is_usable(node)]
     problems: list[str] = []
     fixes: list[str] = []
@@ -58,7 +58,7 @@ def assess(config: Config, nodes: Sequence[Manifest]) -> Result:
     return passed(CHECK, "GPU nodes: " + "; ".join(found))
 
 
-def smallest_whole_gpu_share(config: Config, backend: Backend) -> int:
+def smallest_whole_gpu_share(config: Config, backend: NodeChecks) -> int:
     """The fewest slices placed as one whole GPU is: larger shares fit fewer clients per GPU
     (or, with MIG, larger instances)."""
     whole = backend.place(config.slices_per_gpu)
@@ -81,7 +81,7 @@ def whole_gpu_pods(config: Config, smallest: int) -> str:
     return f"{pods} ({'; '.join(sources)})" if sources else pods
 
 
-def _misconfigured(backend: Backend, nodes: Sequence[Manifest]) -> str:
+def _misconfigured(backend: NodeChecks, nodes: Sequence[Manifest]) -> str:
     found: dict[str, list[str]] = {}
     for node in nodes:
         problem = backend.node_setup_problem(node)

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from castslice.backends import backend_for
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.findings import Result
-from castslice.inspect.checks.dry_run import CHECK as CHECK_DRY_RUN
-from castslice.inspect.checks.dry_run import NOT_CALLED
-from castslice.inspect.checks.endpoint import castslice_client_configs
+from castslice.inspect.doctor.dry_run import CHECK as CHECK_DRY_RUN
+from castslice.inspect.doctor.dry_run import NOT_CALLED
+from castslice.inspect.doctor.endpoint import castslice_client_configs
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 
 def for_endpoint(
@@ -25,7 +23,7 @@ def for_endpoint(
 ) -> Callable[[Result], Result]:
     """A function that adds the likely cause to a failed result of a check of the endpoint."""
     client_configs = castslice_client_configs(live, webhook_names)
-    backend = backend_for(config)
+    backend = node_checks_for(config)
     cause = backend.unreachable_endpoint_cause(client_configs[0]) if client_configs else ""
 
     def add(result: Result) -> Result:

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
-from castslice.backends import backend_for
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.definitions import APPLIED
 from castslice.contract.findings import Result, failed, passed
 from castslice.contract.scheduling import unschedulable_message
-from castslice.inspect.checks.capacity import needed_placements
+from castslice.inspect.doctor.capacity import needed_placements
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "pending"
 LISTED = 5
@@ -37,7 +35,7 @@ def check_pending(cluster: Cluster, config: Config) -> Result:
 
 def assess(config: Config, pods: Sequence[Manifest]) -> Result:
     resources = {placement.resource for placement, _ in needed_placements(config)}
-    shared = backend_for(config).shared_resource
+    shared = node_checks_for(config).shared_resource
     waiting: list[tuple[str, str]] = []
     for pod in pods:
         reason = waiting_reason(pod, resources, shared)

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from castslice.backends import backend_for
+from castslice.backends.tools import node_checks_for
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "quotas"
 LISTED = 5
@@ -30,7 +28,7 @@ def check_quotas(cluster: Cluster, config: Config) -> Result:
 
 
 def assess(config: Config, quotas: Sequence[Manifest]) -> Result:
-    backend = backend_for(config)
+    backend = node_checks_for(config)
     gpu, shared = config.gpu_resource, backend.quota_resource()
     if shared is None:
         return passed(

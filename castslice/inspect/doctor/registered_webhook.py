@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from castslice.contract import Manifest
 from castslice.contract.findings import Result, failed, passed
 from castslice.render.webhook_configuration import RegistrationError, webhook_configuration
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "registration"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"

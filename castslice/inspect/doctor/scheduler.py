@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from typing import Any
 
+from castslice.contract import Manifest
 from castslice.contract.cluster import Cluster
 from castslice.contract.findings import Result, failed, passed
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 CHECK = "scheduler"
 LISTED = 5

@@ -15,6 +15,13 @@ allocated device; only the node where device plugins time-slice). From the two:
 
 Pending opted-in Pods are listed with the scheduler's own message and are in neither
 count: they occupy nothing, and their asked GPUs are not a saving.
+
+GPU memory: each holder's requests and limits are its containers' NVIDIA_GPU_MEMORY_REQUEST
+and _LIMIT (what the driver is asked for, per GPU each container sees), counted as the
+scheduler counts a request; a Pod's several places share them by the units each holds. A
+place's requests add up to at most its GPUs' memory (GPU Feature Discovery's
+`nvidia.com/gpu.memory`) where CastSlice wrote them for GPUs that size; a sum above it
+(values set by hand, or CASTSLICE_GPU_MEMORY above the node's GPUs) is flagged, never hidden.
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from castslice.backends import Backend, GpuHold, GpuPlace, GpuView
+from castslice.backends.placer import GPU_MEMORY, label_count
+from castslice.backends.roles import GpuAccounts, GpuHold, GpuPlace, GpuView
+from castslice.contract import Manifest
 from castslice.contract.cluster import ApiError, Cluster
 from castslice.contract.definitions import APPLIED, DecisionRecord
+from castslice.contract.gpu_memory import LIMIT_ENV, REQUEST_ENV
 from castslice.contract.scheduling import BOUND_PODS, pod_request, unschedulable_message
 
-Manifest = dict[str, Any]
 OwnerOf = Callable[[Manifest], str | None]
 
 NOT_SCHEDULED_YET = "not scheduled yet (no PodScheduled condition)"
@@ -51,16 +60,46 @@ class Holder:
     share_id: str | None
     # Rewritten and within --namespace/--selector: counted in the saving.
     counted: bool
+    # The GPU memory CastSlice limited it to, as its decision record says, or None.
+    memory: str | None = None
+    # The GPU memory its containers ask the driver for on this place, in MiB: guaranteed
+    # (request) and the most (limit); 0 where they ask nothing.
+    memory_request: int = 0
+    memory_limit: int = 0
+
+    @property
+    def bursts(self) -> bool:
+        return self.memory_limit > self.memory_request
 
 
 @dataclass(frozen=True)
 class Gpu:
     place: GpuPlace
     holders: tuple[Holder, ...]
+    # The memory of one of its GPUs in MiB (GPU Feature Discovery's label), or None.
+    gpu_memory: int | None = None
 
     @property
     def free(self) -> int:
         return max(self.place.units - sum(holder.units for holder in self.holders), 0)
+
+    @property
+    def memory(self) -> int | None:
+        """The memory of all the place's GPUs in MiB, or None where the node does not say."""
+        return None if self.gpu_memory is None else self.gpu_memory * self.place.gpus
+
+    @property
+    def memory_requested(self) -> int:
+        return sum(holder.memory_request for holder in self.holders)
+
+    @property
+    def memory_limits(self) -> int:
+        return sum(holder.memory_limit for holder in self.holders)
+
+    @property
+    def memory_over(self) -> bool:
+        """Whether the requests add up to more than the GPUs have: not CastSlice's doing."""
+        return self.memory is not None and self.memory_requested > self.memory
 
 
 @dataclass(frozen=True)
@@ -106,10 +145,12 @@ class _Counted:
     record: DecisionRecord
     asked: int
     holds: list[GpuHold]
+    # The GPU memory its containers request and may take, in MiB.
+    memory: tuple[int, int] = (0, 0)
 
 
 def read_report(
-    cluster: Cluster, backend: Backend, namespace: str | None, selector: str | None
+    cluster: Cluster, backend: GpuAccounts, namespace: str | None, selector: str | None
 ) -> Report:
     """The report for the Pods in `namespace` (None: all) that `selector` selects."""
     nodes = list(cluster.list("/api/v1/nodes"))
@@ -117,7 +158,25 @@ def read_report(
     selected = list(cluster.list(path, [("labelSelector", selector)] if selector else ()))
     bound = list(cluster.list("/api/v1/pods", [("fieldSelector", BOUND_PODS)]))
     view = backend.gpu_view(cluster, nodes)
-    return build_report(selected, bound, view, OwnerReader(cluster), backend.config.gpu_resource)
+    return build_report(
+        selected,
+        bound,
+        view,
+        OwnerReader(cluster),
+        backend.config.gpu_resource,
+        gpu_memory_of(nodes),
+    )
+
+
+def gpu_memory_of(nodes: Iterable[Manifest]) -> dict[str, int]:
+    """Node name -> one GPU's memory in MiB, as GPU Feature Discovery labels it."""
+    found = {}
+    for node in nodes:
+        metadata = node.get("metadata") or {}
+        memory = label_count((metadata.get("labels") or {}).get(GPU_MEMORY))
+        if memory is not None:
+            found[str(metadata.get("name") or "")] = memory
+    return found
 
 
 def build_report(
@@ -126,8 +185,10 @@ def build_report(
     view: GpuView,
     owner_of: OwnerOf,
     gpu_resource: str,
+    gpu_memory: Mapping[str, int] | None = None,
 ) -> Report:
-    """The report from the selected Pods, every Pod bound to a node, and the backend's view."""
+    """The report from the selected Pods, every Pod bound to a node, and the backend's view;
+    `gpu_memory` one GPU's memory in MiB by node, where the node says it."""
     counted: dict[tuple[str, str], _Counted] = {}
     pending: list[Pending] = []
     for pod in selected:
@@ -141,7 +202,9 @@ def build_report(
             pending.append(Pending(namespace, name, owner_of(pod), record.slices, asked, reason))
             continue
         holds = view.holds(pod)
-        counted[(namespace, name)] = _Counted(namespace, name, owner_of(pod), record, asked, holds)
+        counted[(namespace, name)] = _Counted(
+            namespace, name, owner_of(pod), record, asked, holds, _memory(pod)
+        )
 
     places = view.places()
     on_place: dict[str, list[Holder]] = {}
@@ -150,6 +213,7 @@ def build_report(
         record = decision_record(pod)
         mine = counted.get(key)
         holds = mine.holds if mine else view.holds(pod)
+        memory = mine.memory if mine else _memory(pod)
         for hold in holds:
             on_place.setdefault(hold.place, []).append(
                 Holder(
@@ -161,6 +225,8 @@ def build_report(
                     hold.share,
                     hold.share_id,
                     mine is not None,
+                    record.memory if record else None,
+                    *_on(hold, holds, memory),
                 )
             )
     # A Pod the bound list missed (bound in between the two reads) still holds its GPUs.
@@ -170,11 +236,13 @@ def build_report(
             for hold in mine.holds:
                 on_place.setdefault(hold.place, []).append(
                     Holder(*key, mine.owner, mine.record.slices, hold.units, hold.share,
-                           hold.share_id, True)
+                           hold.share_id, True, mine.record.memory,
+                           *_on(hold, mine.holds, mine.memory))
                 )  # fmt: skip
 
+    sizes = gpu_memory or {}
     gpus = tuple(
-        Gpu(places[key], tuple(sorted(holders, key=_holder_order)))
+        Gpu(places[key], tuple(sorted(holders, key=_holder_order)), sizes.get(places[key].node))
         for key, holders in sorted(on_place.items(), key=lambda item: _place_order(places, item[0]))
         if key in places and any(holder.counted for holder in holders)
     )
@@ -214,20 +282,52 @@ def decision_record(pod: Manifest) -> DecisionRecord | None:
 def asked_gpus(pod: Manifest, record: DecisionRecord, gpu_resource: str) -> int:
     """The GPUs the Pod asked for before the rewrite, as the scheduler would have counted
     them: its containers as they are, each with the quantity the record kept."""
+    return _counted(pod, gpu_resource, lambda c: record.original.get(str(c.get("name"))))
+
+
+def memory_asked(pod: Manifest, name: str) -> int:
+    """The MiB of GPU memory the Pod's containers ask the driver for by env `name` (each
+    container's value per GPU it sees), counted as the scheduler counts a request."""
+
+    def value(container: Manifest) -> str | None:
+        # The kubelet keeps a name's last entry; one from valueFrom is not known here.
+        for entry in reversed(container.get("env") or ()):
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                found = entry.get("value")
+                return (
+                    found
+                    if isinstance(found, str) and found.isascii() and found.isdigit()
+                    else None
+                )
+        return None
+
+    return _counted(pod, name, value)
+
+
+def _memory(pod: Manifest) -> tuple[int, int]:
+    return memory_asked(pod, REQUEST_ENV), memory_asked(pod, LIMIT_ENV)
+
+
+def _on(hold: GpuHold, holds: Sequence[GpuHold], memory: tuple[int, int]) -> tuple[int, int]:
+    """The part of a Pod's GPU memory request and limit on `hold`'s place: its several
+    places share them by the units each holds (each container's alike)."""
+    held = sum(each.units for each in holds) or 1
+    return memory[0] * hold.units // held, memory[1] * hold.units // held
+
+
+def _counted(pod: Manifest, resource: str, value_of: Callable[[Manifest], str | None]) -> int:
+    """`resource` as the scheduler counts it for `pod` were each container asking
+    `value_of(container)` of it."""
     spec = pod.get("spec") or {}
 
-    def before(container: Manifest) -> Manifest:
-        asked = record.original.get(str(container.get("name")))
-        requests = {gpu_resource: asked} if asked is not None else {}
-        return {**container, "resources": {"requests": requests}}
+    def asking(container: Manifest) -> Manifest:
+        value = value_of(container)
+        return {**container, "resources": {"requests": {} if value is None else {resource: value}}}
 
-    original = {
-        "spec": {
-            lists: [before(container) for container in spec.get(lists) or ()]
-            for lists in ("initContainers", "containers")
-        }
-    }
-    return pod_request(original, gpu_resource)
+    lists = ("initContainers", "containers")
+    return pod_request(
+        {"spec": {key: [asking(c) for c in spec.get(key) or ()] for key in lists}}, resource
+    )
 
 
 def occupied(place: GpuPlace, holds: Iterable[GpuHold]) -> int:
@@ -346,6 +446,10 @@ def to_document(report: Report, context: Mapping[str, Any]) -> Manifest:
                 "unit": gpu.place.unit,
                 "units": gpu.place.units,
                 "free": gpu.free,
+                "memoryMiB": gpu.memory,
+                "memoryRequestedMiB": gpu.memory_requested,
+                "memoryLimitsMiB": gpu.memory_limits,
+                "memoryOverRequested": gpu.memory_over,
                 "holders": [
                     {
                         "namespace": holder.namespace,
@@ -357,6 +461,8 @@ def to_document(report: Report, context: Mapping[str, Any]) -> Manifest:
                         "units": holder.units,
                         "share": share_text(holder.share),
                         "shareID": holder.share_id,
+                        "memoryRequestMiB": holder.memory_request,
+                        "memoryLimitMiB": holder.memory_limit,
                     }
                     for holder in gpu.holders
                 ],
@@ -394,6 +500,8 @@ __all__ = [
     "Saving",
     "asked_gpus",
     "build_report",
+    "gpu_memory_of",
+    "memory_asked",
     "occupied",
     "read_report",
     "to_document",

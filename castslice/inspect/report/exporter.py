@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from castslice.contract.cluster import ApiError, Unreachable
-from castslice.inspect.savings import Report, Saving
+from castslice.inspect.report import Report, Saving
 
 # (name, help, the figure it is) for each gauge; the names the dashboard may use.
 FIGURES: tuple[tuple[str, str, Callable[[Saving], int]], ...] = (

@@ -6,7 +6,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterator
 
-from castslice.inspect.savings import Gpu, Report, Saving, share_text
+from castslice.backends.placer import GPU_MEMORY
+from castslice.inspect.report import Gpu, Report, Saving, share_text
 
 WIDTH = 100
 NOT_VISIBLE = "GPU not visible; node only"
@@ -28,6 +29,8 @@ def lines(report: Report, header: str) -> Iterator[str]:
     for gpu in report.gpus:
         yield ""
         yield from _wrap(_gpu_title(gpu))
+        if gpu.memory_requested or gpu.memory_limits:
+            yield from _wrap("  " + _memory_line(gpu), indent="    ")
         yield "  " + _row("POD", "OWNER", "SLICES", "SHARE")
         for holder in gpu.holders:
             if holder.slices is None:
@@ -41,6 +44,10 @@ def lines(report: Report, header: str) -> Iterator[str]:
                 name = f"{_fit(name, _POD - len(note) - 1)} {note}"
             slices = "-" if holder.slices is None else str(holder.slices)
             yield "  " + _row(name, holder.owner or "-", slices, share_text(holder.share))
+            if holder.memory:
+                yield from textwrap.wrap(
+                    holder.memory, WIDTH, initial_indent="    ", subsequent_indent="    "
+                )
     yield ""
     yield _savings_row("SAVING (GPUs)", "ASKED", "OCCUPIED", "SAVED", "PENDING")
     yield _savings_row("all", *_numbers(report.total))
@@ -72,6 +79,30 @@ def _gpu_title(gpu: Gpu) -> str:
     where = f"GPU {place.device}" if place.device is not None else NOT_VISIBLE
     size = "" if place.device is not None else f", {place.gpus} GPU{'s' if place.gpus != 1 else ''}"
     return f"node {place.node}: {where}{size}, {gpu.free}/{place.units} {place.unit} free"
+
+
+def _memory_line(gpu: Gpu) -> str:
+    """What the holders ask the driver for of the GPUs' memory, and who may burst beyond it."""
+    requested, total = gpu.memory_requested, gpu.memory
+    gpus = gpu.place.gpus
+    if total is None:
+        line = f"GPU memory: {requested} MiB requested (no {GPU_MEMORY} label on the node)"
+    elif gpu.memory_over:
+        line = (
+            f"GPU memory OVER: {requested} MiB requested, above the {total} MiB "
+            f"{'its GPU has' if gpus == 1 else f'its {gpus} GPUs have'} (values set by hand, "
+            "or CASTSLICE_GPU_MEMORY above this node's GPUs)"
+        )
+    else:
+        of = f"{total} MiB" if gpus == 1 else f"{gpus} GPUs' {total} MiB"
+        line = f"GPU memory: {requested} of {of} requested"
+    bursting = [holder for holder in gpu.holders if holder.bursts]
+    if bursting:
+        line += (
+            f"; {len(bursting)} Pod{'s' if len(bursting) != 1 else ''} may burst, limits "
+            f"{gpu.memory_limits} MiB in all"
+        )
+    return line
 
 
 def _numbers(saving: Saving) -> tuple[str, str, str, str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from castslice.backends import Placement, backend_for
+from castslice.backends import Placement
+from castslice.backends.tools import policy_pools_for
 from castslice.contract.definitions import json_string
 from castslice.decision.slices import share_text
 from castslice.render import cel
@@ -29,7 +30,7 @@ class PlacementCel:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.backend = backend_for(config)
+        self.backend = policy_pools_for(config)
         self.gpu = config.gpu_resource
         self.placement_keys = self.backend.placement_keys
         pools = self.backend.sharing_pools()

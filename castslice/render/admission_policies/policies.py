@@ -17,8 +17,7 @@ which every mutated Pod gets, come from a policy without validations.
 
 from __future__ import annotations
 
-from typing import Any
-
+from castslice.contract import Manifest
 from castslice.contract.definitions import APPLIED, SLICE_RATIO, WORKLOAD_TYPE, json_string
 from castslice.render import cel, selection
 from castslice.render.admission_policies import messages
@@ -40,8 +39,6 @@ from castslice.render.cel import Expr, string, variable
 from castslice.render.selection import namespace_selector, pod_match_conditions, pod_rules
 from castslice.render.webhook_configuration import POD_WEBHOOK
 from castslice.settings.config import Config
-
-Manifest = dict[str, Any]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The webhook's name: the audit policy's annotations then carry the same keys as
