@@ -57,8 +57,9 @@ locals {
     var.policy == null ? {} : { CASTSLICE_POLICY = var.policy },
     # The mig backend on the partition pools this module makes: their sizes are the profiles.
     var.backend == "mig" && try(length(var.gke_gpu_node_pools.mig_partition_sizes), 0) > 0 ? {
-      CASTSLICE_MIG_STACK    = "gke"
-      CASTSLICE_MIG_PROFILES = join(",", var.gke_gpu_node_pools.mig_partition_sizes)
+      CASTSLICE_MIG_STACK      = "gke"
+      CASTSLICE_MIG_GPU_MODELS = var.gke_gpu_node_pools.mig_gpu_model
+      CASTSLICE_MIG_PROFILES   = join(",", var.gke_gpu_node_pools.mig_partition_sizes)
     } : {},
     var.backend == "mig" && try(var.gke_gpu_node_pools.mig_time_shared_clients, null) != null ? {
       CASTSLICE_MIG_TIME_SHARED_CLIENTS = tostring(var.gke_gpu_node_pools.mig_time_shared_clients)

@@ -351,6 +351,9 @@ variable "gke_gpu_node_pools" {
     name_prefix        = optional(string, "castslice")
     # backend = "mig": one MIG partition pool per size (gpu_partition_size), no sharing pools.
     mig_partition_sizes = optional(list(string), [])
+    # backend = "mig": the pools' GPU model (CASTSLICE_MIG_GPU_MODELS), whose profiles the
+    # sizes are: A100-40GB, A100-80GB, H100-80GB, H100-NVL, H100-96GB, H200, B200 or A30.
+    mig_gpu_model = optional(string, "A100-80GB")
     # backend = "mig": also a pool of the smallest partition size time-shared by this many
     # clients per partition (2 to 48); Pods smaller than that partition share one.
     mig_time_shared_clients = optional(number)
@@ -368,8 +371,14 @@ variable "gke_gpu_node_pools" {
   }
 
   validation {
-    condition     = var.gke_gpu_node_pools == null || alltrue([for size in try(var.gke_gpu_node_pools.mig_partition_sizes, []) : can(regex("^[1-7]g\\.[0-9]{1,3}gb$", size))])
-    error_message = "gke_gpu_node_pools.mig_partition_sizes must be MIG profiles such as 1g.10gb or 3g.40gb."
+    condition     = var.gke_gpu_node_pools == null || contains(keys(local.mig_profiles), try(var.gke_gpu_node_pools.mig_gpu_model, "A100-80GB"))
+    error_message = "gke_gpu_node_pools.mig_gpu_model must be one of: A100-40GB, A100-80GB, H100-80GB, H100-NVL, H100-96GB, H200, B200, A30."
+  }
+
+  validation {
+    # As CASTSLICE_MIG_PROFILES must be of CASTSLICE_MIG_GPU_MODELS: else every Pod gets a whole GPU.
+    condition     = var.gke_gpu_node_pools == null || alltrue([for size in try(var.gke_gpu_node_pools.mig_partition_sizes, []) : contains(try(local.mig_profiles[var.gke_gpu_node_pools.mig_gpu_model], []), size)])
+    error_message = "gke_gpu_node_pools.mig_partition_sizes must be MIG profiles of mig_gpu_model (A100-80GB unless set), e.g. 1g.10gb or 3g.40gb on an A100-80GB, 1g.18gb or 3g.71gb on an H200."
   }
 
   validation {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-Manifest = dict[str, Any]
+from castslice.contract import Manifest
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu-shared"

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
 from castslice.contract.definitions import APPLIED
 from castslice.settings.config import Config
 from tests.manifests import (
@@ -93,7 +93,7 @@ CROWDED_CONTAINERS = 62
 def crowd_for(config: Config) -> int:
     """CROWDED_CONTAINERS less the backend's notes on the crowded Pod's placement (an MPS
     client's cap, one warning more): its warnings still fill the policy's slots exactly."""
-    backend = backend_for(config)
+    backend = tools_for(config)
     return CROWDED_CONTAINERS - len(backend.notes(backend.place(config.default_slices)))
 
 

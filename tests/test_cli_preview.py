@@ -23,7 +23,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from castslice import cli
-from castslice.render.manifests import MAX_FILE_BYTES
+from castslice.cli.manifests import MAX_FILE_BYTES
 from tests.factories import Ran, apply_response, make_review, review_response
 
 HERE = Path(__file__).resolve().parent / "cli"
@@ -497,6 +497,13 @@ def test_an_invalid_configuration_names_the_variable(preview: Callable[..., Ran]
     assert ran.out == ""
 
 
+def test_mig_profiles_of_no_model_listed_are_refused(preview: Callable[..., Ran]) -> None:
+    flags = ["--backend", "mig", "--mig-gpu-models", "H200", "--mig-profiles", "1g.10gb"]
+    ran = preview("-f", str(MANIFESTS / "vllm-deployment.yaml"), *flags)
+    assert "1g.10gb is a profile of no model in CASTSLICE_MIG_GPU_MODELS (H200)" in ran.err
+    assert (ran.code, ran.out) == (2, "")
+
+
 def test_diff_and_json_output_exclude_each_other(preview: Callable[..., Ran]) -> None:
     with pytest.raises(SystemExit) as raised:
         preview("-f", str(MANIFESTS), "--diff", "-o", "json")
@@ -690,3 +697,34 @@ def test_every_count_the_api_server_takes_is_rewritten(preview: Callable[..., Ra
         assert yaml.safe_load(ran.out)["spec"]["containers"][0]["resources"] == {
             "limits": {"nvidia.com/gpu-shared": "1"}
         }
+
+
+def test_an_h200_eighth_is_stated_as_the_board_reports_it(preview: Callable[..., Ran]) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "eighth",
+            "annotations": {"castops.io/optimize": "true", "castops.io/slice-ratio": "1"},
+        },
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "app", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+            ]
+        },
+    }
+    flags = ["--backend", "mig", "--mig-gpu-models", "H200", "--slices-per-gpu", "8"]
+    ran = preview("-f", "-", *flags, "--mig-stack", "single", stdin=json.dumps(pod).encode())
+    assert ran.code == 0, ran.err
+    # The captured H200's 1g.18gb: 16384 MiB and 16 of its 132 SMs, as NVML reports them.
+    said = "mig: the Pod gets a MIG instance, 1g.18gb: 16 GiB, 16 of 132 SMs"
+    assert f"Warning: Pod default/eighth: {said}" in ran.err
+    (out,) = yaml.safe_load_all(ran.out)
+    record = json.loads(out["metadata"]["annotations"]["castslice.castops.io/applied"])
+    assert record["instance"] == "1g.18gb: 16 GiB, 16 of 132 SMs"
+    # The label the captured board's single-strategy node carries is among those selected.
+    terms = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    (expression,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert "NVIDIA-H200-MIG-1g.18gb" in expression["values"]

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from castslice.environment import load_config
+from castslice.environment import KINDS, load_config
+from castslice.render.chart_values import CHART_KINDS
 from castslice.settings.config import Config, ConfigError
+from castslice.settings.table import Kind
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,3 +188,28 @@ def test_invalid_configuration_stops_the_server_at_start(target: str) -> None:
         "castslice: invalid configuration: CASTSLICE_MAX_SLICE_RATIO='lots' "
         "must be a whole number from 1 to 1000000"
     )
+
+
+def test_mig_profiles_of_no_model_listed_stop_the_server_at_start() -> None:
+    """Every Pod would get a whole GPU: the server does not start."""
+    try:
+        started = _start(
+            "--target=mutate",
+            CASTSLICE_BACKEND="mig",
+            CASTSLICE_MIG_GPU_MODELS="H200",
+            CASTSLICE_MIG_PROFILES="1g.10gb,3g.40gb",
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the server started and served with profiles no model of H200 has")
+    assert started.stderr.strip().splitlines()[-1] == (
+        "castslice: invalid configuration: CASTSLICE_MIG_PROFILES: 1g.10gb, 3g.40gb are "
+        "profiles of no model in CASTSLICE_MIG_GPU_MODELS (H200); their profiles are 1g.18gb, "
+        "1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb"
+    )
+    assert started.returncode != 0
+
+
+def test_every_kind_of_setting_has_its_parser_and_its_chart_side() -> None:
+    """A kind added to the table is read (environment.KINDS) and written into the chart
+    (render.chart_values.CHART_KINDS), or this fails before the chart's files do."""
+    assert set(KINDS) == set(CHART_KINDS) == set(Kind)

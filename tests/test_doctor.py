@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from castslice.contract import Manifest
 from castslice.contract.cluster import connection_problem
 from castslice.contract.findings import (
     ASCII_SYMBOLS,
@@ -27,13 +28,12 @@ from castslice.contract.findings import (
     to_json,
 )
 from castslice.environment import load_config
-from castslice.inspect.checks import capacity, dry_run, endpoint, fail_open, pending, quotas
-from castslice.inspect.checks import registered_webhook as reg
-from castslice.inspect.checks import scheduler as scheduler_check
+from castslice.inspect.doctor import capacity, dry_run, endpoint, fail_open, pending, quotas
+from castslice.inspect.doctor import registered_webhook as reg
+from castslice.inspect.doctor import scheduler as scheduler_check
 from castslice.settings.config import Config
 from tests.factories import run_castslice, unreachable_kubeconfig
 
-Manifest = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent
 PODS = "pods.castslice.castops.io"
 

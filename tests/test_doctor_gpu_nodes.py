@@ -8,15 +8,12 @@ in tests/e2e/test_doctor.py.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from castslice.contract import Manifest
 from castslice.contract.findings import Status, failed, passed
 from castslice.environment import load_config
-from castslice.inspect.checks import gpu_nodes, likely_cause
-
-Manifest = dict[str, Any]
+from castslice.inspect.doctor import gpu_nodes, likely_cause
 
 GKE_STRATEGY = "cloud.google.com/gke-gpu-sharing-strategy"
 GKE_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
@@ -193,7 +190,7 @@ def test_nodes_labelled_mps_whose_devices_are_not_configured_for_mps_are_named()
     working = node(
         "mps", {**labels, "nvidia.com/mps.capable": "true"}, {"nvidia.com/gpu.shared": "4"}
     )
-    from castslice.inspect.checks import capacity
+    from castslice.inspect.doctor import capacity
 
     result = capacity.assess(config, [broken, working, NVIDIA_PLAIN], [])
     assert result.status is Status.FAILED

@@ -45,6 +45,7 @@ from tests.factories import (
     opted_in,
     review_response,
 )
+from tests.helpers import claimed
 
 KUBERNETES = "1.37.0"
 DRA = {"CASTSLICE_BACKEND": "dra"}
@@ -52,27 +53,6 @@ DRA = {"CASTSLICE_BACKEND": "dra"}
 
 def validate(manifest: dict) -> None:
     kubernetes_validate.validate(manifest, KUBERNETES, strict=True)
-
-
-def claimed(pod: dict, templates: list[str], lists: tuple[str, ...] = ("containers",)) -> dict:
-    """`pod` with the GPU taken out of each GPU container, which claims the next template."""
-    result = copy.deepcopy(pod)
-    index = 0
-    entries = []
-    for list_name in lists:
-        for item in result["spec"].get(list_name) or ():
-            resources = item.get("resources") or {}
-            if not any(GPU in (resources.get(f) or {}) for f in ("requests", "limits")):
-                continue
-            for field in ("requests", "limits"):
-                (resources.get(field) or {}).pop(GPU, None)
-            resources["claims"] = [{"name": f"castslice-gpu-{index}"}]
-            entries.append(
-                {"name": f"castslice-gpu-{index}", "resourceClaimTemplateName": templates[index]}
-            )
-            index += 1
-    result["spec"].setdefault("resourceClaims", []).extend(entries)
-    return result
 
 
 def dra_pod(annotations: dict[str, str], *containers: dict, **spec: object) -> dict:
@@ -579,7 +559,7 @@ def test_doctor_names_the_missing_template_and_the_namespace() -> None:
 
 
 def test_doctor_dry_run_summary_names_the_claim() -> None:
-    from castslice.inspect.checks.dry_run import _summary
+    from castslice.inspect.doctor.dry_run import _summary
 
     assert _summary(load_config(DRA), "default") == "a claim from castslice-1-of-4"
 

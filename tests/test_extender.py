@@ -13,12 +13,14 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from castslice.extender.cluster_view import EXPECTED_FOR, MODEL_LABEL, ClusterView
+from castslice.extender.cluster_view import ClusterView
+from castslice.extender.expectations import EXPECTED_FOR
 from castslice.extender.fragmentation import (
     NO_ACCESS,
     Q2_LACK_GPU,
     Q3_SATISFIED,
     Q4_LACK_CPU,
+    TIE_RANGE,
     XL_SATISFIED,
     XR_LACK_CPU,
     NodeFree,
@@ -28,11 +30,13 @@ from castslice.extender.fragmentation import (
     first_fit,
     fragmentation,
     packing_key,
+    pinned_load,
     quadrant,
     tie_broken,
     typical_pods,
 )
 from castslice.extender.server import Extender, handler_for
+from castslice.extender.watching import MODEL_LABEL
 from tests.e2e import dra
 
 GIB = 1 << 30
@@ -139,7 +143,7 @@ def test_the_score_is_the_sigmoid_of_the_fragmentation_removed() -> None:
     assert first_fit(uneven, half) == 0
     assert fgd_score(uneven, half, HALF_AND_WHOLE, gpu=0) == 43
     # The extender scores the GPU the allocator will give, not the artefact's best one.
-    assert extender_score(uneven, half, HALF_AND_WHOLE) // 1000 == 43
+    assert extender_score(uneven, half, HALF_AND_WHOLE, {}) // TIE_RANGE == 43
     # A Pod asking for nothing scores the most everywhere.
     assert fgd_score(uneven, PodShape(0), HALF_AND_WHOLE) == 100
 
@@ -173,10 +177,158 @@ def test_the_packing_key_breaks_fgd_s_ties_towards_the_fuller_node() -> None:
     assert packing_key(NodeFree(0, (1000,) * 8)) == 0
     cpu_pod = PodShape(1000)
     # A CPU-only Pod changes no GPU: FGD is level; the node with less GPU free wins.
-    fuller = extender_score(NodeFree(8000, (500, 0)), cpu_pod, HALF_AND_WHOLE)
-    emptier = extender_score(NodeFree(8000, (500, 1000)), cpu_pod, HALF_AND_WHOLE)
-    assert fuller // 1000 == emptier // 1000
+    fuller = extender_score(NodeFree(8000, (500, 0)), cpu_pod, HALF_AND_WHOLE, {})
+    emptier = extender_score(NodeFree(8000, (500, 1000)), cpu_pod, HALF_AND_WHOLE, {})
+    assert fuller // TIE_RANGE == emptier // TIE_RANGE
     assert fuller > emptier
+
+
+# A few Pods pinned to T4 among many that run anywhere: too few to move FGD's whole-point
+# score, which truncates, so the nodes below tie on it.
+RARELY_PINNED = [(PodShape(1000, 1000, 1, ("T4",)), 0.02), (PodShape(1000, 1000, 1), 0.98)]
+# A cluster where those few Pods want all of T4's GPUs: 2 % of 100 GPUs.
+FEW_T4 = {"T4": 2, "G2": 98}
+T4_HALF_USED = NodeFree(8000, (0, 1000), "T4")
+G2_FREE = NodeFree(32000, (1000,) * 4, "G2")
+
+
+def test_a_gpu_pod_free_to_choose_leaves_a_pinned_model_s_nodes_to_the_pods_pinned_there() -> None:
+    """The pinned Pods fill their model's nodes first, which makes them the fuller nodes;
+    ties to the fuller node alone then send Pods that could run anywhere there too, and the
+    pinned Pods that come later find their model full (10 to 25 % of the GPU tasks pinned:
+    the artefact's gpuspec lists)."""
+    anywhere = PodShape(1000, 1000, 1)
+    t4 = extender_score(T4_HALF_USED, anywhere, RARELY_PINNED, FEW_T4)
+    g2 = extender_score(G2_FREE, anywhere, RARELY_PINNED, FEW_T4)
+    assert fgd_score(T4_HALF_USED, anywhere, RARELY_PINNED, 1) == 50
+    assert t4 // TIE_RANGE == g2 // TIE_RANGE == 50
+    assert packing_key(NodeFree(8000, (0, 0), "T4")) > packing_key(
+        NodeFree(32000, (0,) + (1000,) * 3)
+    )
+    assert g2 > t4
+    # A Pod that may use T4 or G2 the same; one pinned to T4 has no choice to make.
+    either = PodShape(1000, 1000, 1, ("G2", "T4"))
+    assert extender_score(G2_FREE, either, RARELY_PINNED, FEW_T4) > extender_score(
+        T4_HALF_USED, either, RARELY_PINNED, FEW_T4
+    )
+    # FGD's own preference comes first: a node it scores higher wins whatever its model.
+    half, typical = (
+        PodShape(1000, 500, 1),
+        [*HALF_AND_WHOLE, (PodShape(1000, 500, 1, ("T4",)), 0.2)],
+    )
+    preferred = extender_score(NodeFree(8000, (500, 1000), "T4"), half, typical, FEW_T4)
+    other = extender_score(NodeFree(8000, (1000, 1000), "G2"), half, typical, FEW_T4)
+    assert preferred // TIE_RANGE > other // TIE_RANGE and preferred > other
+
+
+# The openb trace's GPUs per model (bench/packing/data/openb_node_list_gpu_node.csv): G2 has
+# 4,392, V100M16 195.
+TRACE_GPUS = {"G2": 4392, "V100M16": 195}
+# More Pods pinned to G2 than to V100M16, as on the gpuspec lists (4 % and 2 %).
+PINNED_TO_BOTH = [
+    (PodShape(1000, 1000, 1, ("G2",)), 0.04),
+    (PodShape(1000, 1000, 1, ("V100M16",)), 0.02),
+    (PodShape(1000, 1000, 1), 0.94),
+]
+
+
+def test_a_model_s_pinned_load_is_what_its_pinned_pods_ask_of_its_own_gpus() -> None:
+    loads = pinned_load(PINNED_TO_BOTH, TRACE_GPUS)
+    # 2 % of a demand equal to the cluster's 4,587 GPUs is 91.74 GPUs, of V100M16's 195.
+    assert loads["V100M16"] == pytest.approx(0.02 * 4587 / 195)
+    assert loads["G2"] == pytest.approx(0.04 * 4587 / 4392)
+    # A Pod that may take either model counts against both; a GPU share by its thousandths.
+    either = [(PodShape(1000, 500, 1, ("G2", "V100M16")), 0.5), (PodShape(1000, 1000, 2), 0.5)]
+    assert pinned_load(either, TRACE_GPUS) == pytest.approx(
+        {"G2": 500 / 2500 * 4587 / 4392, "V100M16": 500 / 2500 * 4587 / 195}
+    )
+    assert pinned_load(HALF_AND_WHOLE, TRACE_GPUS) == {"G2": 0, "V100M16": 0}
+
+
+def test_a_pod_free_to_choose_leaves_the_small_model_its_few_pinned_pods_need() -> None:
+    """Fewer Pods pin to V100M16 than to G2, but they want half of its 195 GPUs where G2's
+    want 4 % of its 4,392: a Pod that can run anywhere takes G2 (counted as a share of the
+    Pods, V100M16 was the model fewer Pods pin to, and the pinned Pods found it full)."""
+    anywhere = PodShape(1000, 1000, 1)
+    v100 = NodeFree(32000, (1000,) * 4, "V100M16")
+    g2 = NodeFree(32000, (1000,) * 4, "G2")
+    assert fgd_score(v100, anywhere, PINNED_TO_BOTH) == fgd_score(g2, anywhere, PINNED_TO_BOTH)
+    assert extender_score(g2, anywhere, PINNED_TO_BOTH, TRACE_GPUS) > extender_score(
+        v100, anywhere, PINNED_TO_BOTH, TRACE_GPUS
+    )
+
+
+def test_models_whose_pinned_pods_want_the_same_tenth_leave_it_to_the_fuller_node() -> None:
+    anywhere = PodShape(1000, 1000, 1)
+    # Of 7,512 GPUs: G2's load 0.04 x 7,512 / 4,392 = 0.07, G3's 0.02 x 7,512 / 3,120 = 0.05.
+    gpus = {"G2": 4392, "G3": 3120}
+    typical = [*PINNED_TO_BOTH[::2], (PodShape(1000, 1000, 1, ("G3",)), 0.02)]
+    assert all(load < 0.1 for load in pinned_load(typical, gpus).values())
+    fuller_g2 = NodeFree(32000, (0,) + (1000,) * 3, "G2")
+    emptier_g3 = NodeFree(32000, (1000,) * 4, "G3")
+    assert fgd_score(fuller_g2, anywhere, typical) == fgd_score(emptier_g3, anywhere, typical)
+    assert extender_score(fuller_g2, anywhere, typical, gpus) > extender_score(
+        emptier_g3, anywhere, typical, gpus
+    )
+
+
+def test_the_view_weighs_pinned_pods_against_the_gpus_its_nodes_have() -> None:
+    view = ClusterView(CAPACITY, S)
+    view.replace("nodes", [_node("a", model="T4"), _node("b", model="T4"), _node("c", model="G2")])
+    view.replace("resourceslices", [_slice("a", 2), _slice("b", 2), _slice("c", 8)])
+    assert view.gpus_per_model() == {"T4": 4, "G2": 8}
+    view.apply("nodes", "DELETED", _node("b", model="T4"))
+    view.apply("resourceslices", "DELETED", _slice("b", 2))
+    assert view.gpus_per_model() == {"T4": 2, "G2": 8}
+
+
+def test_a_node_joining_changes_the_load_the_view_scores_with() -> None:
+    """Half the GPU demand pinned to T4: on 2 of 10 GPUs it wants them all (place 0); once
+    a T4 node of 8 joins, 0.9 of them. The view must score with the new count at once,
+    though no Pod arrived to make it learn its typical Pods again."""
+    view = ClusterView(CAPACITY, S)
+    view.replace("nodes", [_node("t4", model="T4"), _node("g2", model="G2")])
+    view.replace("resourceslices", [_slice("t4", 2), _slice("g2", 8)])
+    pinned = _pod("pinned", "pinned")
+    t4_only = {"key": MODEL_LABEL, "operator": "In", "values": ["T4"]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [t4_only]}]}
+    pinned["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+    view.replace("resourceclaims", [_claim("pinned", S), _claim("free", S)])
+    view.replace("pods", [pinned, _pod("free", "free")])
+    free = _pod("free", "free")
+    before = dict(view.scores(free, ["t4", "g2"]))
+    view.apply("nodes", "ADDED", _node("t4b", model="T4"))
+    view.apply("resourceslices", "ADDED", _slice("t4b", 8))
+    names = ["t4", "g2", "t4b"]
+    shape, typical = view.shape(free), view.typical()
+    assert shape is not None and view.gpus_per_model() == {"T4": 10, "G2": 8}
+    after = view.scores(free, names)
+    assert [score for _, score in after] == [
+        extender_score(node, shape, typical, view.gpus_per_model()) if node else 0
+        for node in (view.recounted(name) for name in names)
+    ]
+    assert dict(after)["t4"] > before["t4"]
+
+
+def test_a_pod_without_gpus_still_goes_to_the_fuller_node_whatever_its_model() -> None:
+    """Its CPU is what it takes: spread over the nodes nobody is pinned to, it would leave
+    their GPUs without CPU (measured: 4 points lost at 130 % on gpuspec20)."""
+    cpu_pod = PodShape(1000)
+    assert extender_score(T4_HALF_USED, cpu_pod, RARELY_PINNED, FEW_T4) > extender_score(
+        G2_FREE, cpu_pod, RARELY_PINNED, FEW_T4
+    )
+
+
+def test_without_pinned_typical_pods_the_model_changes_no_score() -> None:
+    anywhere = PodShape(1000, 1000, 1)
+    unpinned = [(PodShape(1000, 1000, 1), 1.0)]
+    for node in (T4_HALF_USED, G2_FREE):
+        same_elsewhere = NodeFree(node.cpu_milli, node.gpu_milli, "A10")
+        assert extender_score(node, anywhere, unpinned, FEW_T4) == extender_score(
+            same_elsewhere, anywhere, unpinned, FEW_T4
+        )
 
 
 # ---- the cluster view, from objects as the API server stores them

@@ -11,16 +11,18 @@ import kubernetes.client
 import pytest
 
 from bench.packing import extender_cost
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
 from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
 from castslice.environment import load_config
-from castslice.extender.cluster_view import WHOLE, ClusterView, Pools, spread_clients
+from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import MILLI, extender_score
+from castslice.extender.free_view import spread_clients
 from castslice.extender.server import Informers
+from castslice.extender.watching import WHOLE, Pools
 from castslice.settings.config import Config
 from tests.e2e.nodes import Pool, node_manifest
+from tests.helpers import run_cli
 from tests.policy_comparison import webhook_result
-from tests.test_registration import run_cli
 
 POOL_BACKENDS = ("nvidia", "gke")
 
@@ -60,7 +62,7 @@ NODES = {
 def _view(backend: str, pods: list[dict]) -> ClusterView:
     config = _config(backend)
     view = ClusterView("shares", config.slices_per_gpu, config.gpu_resource,
-                       Pools(backend_for(config)))  # fmt: skip
+                       Pools(tools_for(config)))  # fmt: skip
     view.replace("nodes", [
         node_manifest(backend, Pool(name, sharing, gpus_per_node=gpus), name)
         for name, (sharing, gpus) in NODES.items()
@@ -144,7 +146,7 @@ def test_pool_scores_are_the_reference_port_s_after_any_binding(backend: str) ->
         assert shape is not None
         scores = view.scores(pod, names)
         assert [score for _, score in scores] == [
-            extender_score(free, shape, typical) if free else 0
+            extender_score(free, shape, typical, view.gpus_per_model()) if free else 0
             for free in (view.recounted(name) for name in names)
         ]
         # Bound to its pool's first node with a client free, as the scheduler would.
@@ -192,7 +194,7 @@ def test_a_pool_trace_sample_is_scored_as_the_reference_while_it_fills(configura
         assert shape is not None
         scores = view.scores(pod, names)
         assert [score for _, score in scores] == [
-            extender_score(free, shape, typical) if free else 0
+            extender_score(free, shape, typical, view.gpus_per_model()) if free else 0
             for free in (view.recounted(name) for name in names)
         ]
         placed += extender_cost.bind_pool(view, pod, scores) is not None

@@ -29,6 +29,9 @@ from castslice.extender.fragmentation import (
 
 GIB = 1 << 30
 MODELS = ("T4", "V100", "A10", "")
+# A cluster's GPUs per model for the random nodes: few of some, many of others, so the
+# pinned loads fall in different tenths.
+GPUS_PER_MODEL = {"T4": 40, "V100": 8, "A10": 400}
 # Node pools as the pool backends name them ("" where GPUs are DRA devices).
 POOLS = ("", "", "4", "whole")
 
@@ -66,7 +69,7 @@ def test_the_scorer_gives_the_reference_scores_and_fragmentations_on_random_node
     draw = random.Random(seed)
     # Typical Pods as the view learns them: frequencies from counts, medians of memory.
     typical = typical_pods(_random_shape(draw) for _ in range(300))
-    scorer = Scorer(typical)
+    scorer = Scorer(typical, GPUS_PER_MODEL)
     nodes = [_random_node(draw) for _ in range(150)]
     # A node's state repeated: a remembered fragmentation must be the one computed.
     nodes += nodes[:30]
@@ -74,7 +77,10 @@ def test_the_scorer_gives_the_reference_scores_and_fragmentations_on_random_node
     for node in nodes:
         assert scorer.fragmentation(node) == fragmentation(node, typical)
         for pod in pods:
-            assert scorer.score(node, pod) == extender_score(node, pod, typical), (node, pod)
+            assert scorer.score(node, pod) == extender_score(node, pod, typical, GPUS_PER_MODEL), (
+                node,
+                pod,
+            )
 
 
 def _shape(task: TraceTask, shares: int) -> PodShape:
@@ -88,7 +94,9 @@ def _shape(task: TraceTask, shares: int) -> PodShape:
 def _reference_scores(view: ClusterView, names: list[str], shape: PodShape) -> list[int]:
     typical = view.typical()
     frees = [view.recounted(name) for name in names]
-    return [extender_score(free, shape, typical) if free else 0 for free in frees]
+    return [
+        extender_score(free, shape, typical, view.gpus_per_model()) if free else 0 for free in frees
+    ]
 
 
 def test_the_view_scores_a_trace_sample_as_the_reference_while_the_replay_fills_it() -> None:
@@ -163,7 +171,9 @@ def test_every_watch_event_leaves_each_node_as_a_recount_finds_it(seed: int) -> 
         typical = view.typical()
         cpu_only = dict(view.scores(asked, names))
         assert [cpu_only[name] for name in names] == [
-            extender_score(free, PodShape(1000, 0, 0, (), GIB), typical) if free else 0
+            extender_score(free, PodShape(1000, 0, 0, (), GIB), typical, view.gpus_per_model())
+            if free
+            else 0
             for free in (view.recounted(name) for name in names)
         ]
     # A fresh list of each kind recounts from scratch and agrees too.

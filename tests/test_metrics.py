@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from castslice.environment import load_config
 from castslice.serve.core import Webhook
 from castslice.settings.config import ConfigError
-from tests.deploy.test_tls import client_context, image_app, new_pair
 from tests.factories import apply_response, container, make_pod, make_review, opted_in
+from tests.helpers import client_context, image_app, new_pair
 from tests.procs import free_port
 from tests.served import (
     ROOT,

@@ -18,12 +18,20 @@ import kubernetes_validate
 import pytest
 from starlette.testclient import TestClient
 
-from castslice.backends import backend_for
-from castslice.backends.mig.profiles import MODELS
+from castslice.backends.mig.profiles import MODELS, Profile
+from castslice.backends.mig.stacks import STACKS
+from castslice.backends.tools import tools_for
 from castslice.environment import load_config
-from castslice.settings.config import ConfigError
-from tests.factories import APPLIED, GPU, apply_response, gpu_container, make_pod, make_review
-from tests.test_http import review_response
+from castslice.settings.config import MIG_STACKS, ConfigError
+from tests.factories import (
+    APPLIED,
+    GPU,
+    apply_response,
+    gpu_container,
+    make_pod,
+    make_review,
+    review_response,
+)
 
 PRODUCT = "nvidia.com/gpu.product"
 PARTITION = "cloud.google.com/gke-gpu-partition-size"
@@ -75,18 +83,25 @@ def test_the_smallest_instance_that_holds_the_share(model: str, slices: int, fit
     config = load_config(mig(CASTSLICE_MIG_GPU_MODELS=model, CASTSLICE_MIG_FIT=fit))
     gpu = MODELS[model]
     share = Fraction(slices, 8)
-    placement = backend_for(config).place(slices)
+    placement = tools_for(config).place(slices)
     name = placement.resource.removeprefix("nvidia.com/mig-")
     profile = gpu.profile(name)
     assert profile is not None, placement
+    # A share is of what MIG makes usable: each memory slice at a one-slice instance's MiB,
+    # each compute slice at the fewest SMs a one-slice instance has.
+    mib = min(p.memory_mib for p in gpu.profiles if p.memory_slices == 1) * gpu.memory_total
+    sms = min(p.sms for p in gpu.profiles if p.compute_slices == 1) * gpu.compute_total
+
+    def holds(other: Profile) -> bool:
+        if other.memory_mib < share * mib:
+            return False
+        return fit == "memory" or other.sms >= share * sms
+
     # It holds the share...
-    assert gpu.memory(profile) >= share
-    if fit == "strict":
-        assert gpu.compute(profile) >= share
+    assert holds(profile)
     # ...and no smaller profile of the model does.
     for other in gpu.profiles:
-        holds = gpu.memory(other) >= share and (fit == "memory" or gpu.compute(other) >= share)
-        if holds:
+        if holds(other):
             assert (other.memory_slices, other.compute_slices) >= (
                 profile.memory_slices,
                 profile.compute_slices,
@@ -98,11 +113,11 @@ def test_the_smallest_instance_that_holds_the_share(model: str, slices: int, fit
 @pytest.mark.parametrize(
     ("fit", "slices", "profile", "instance"),
     [
-        ("memory", 1, "1g.10gb", "1g.10gb: 1/7 of the compute, 1/8 of the memory"),
-        ("memory", 2, "1g.20gb", "1g.20gb: 1/7 of the compute, 1/4 of the memory"),
-        ("strict", 2, "2g.20gb", "2g.20gb: 2/7 of the compute, 1/4 of the memory"),
-        ("memory", 4, "3g.40gb", "3g.40gb: 3/7 of the compute, 1/2 of the memory"),
-        ("strict", 4, "4g.40gb", "4g.40gb: 4/7 of the compute, 1/2 of the memory"),
+        ("memory", 1, "1g.10gb", "1g.10gb: 9.62 GiB, 14 of 98 SMs"),
+        ("memory", 2, "1g.20gb", "1g.20gb: 19.5 GiB, 14 of 98 SMs"),
+        ("strict", 2, "2g.20gb", "2g.20gb: 19.5 GiB, 28 of 98 SMs"),
+        ("memory", 4, "3g.40gb", "3g.40gb: 39.25 GiB, 42 of 98 SMs"),
+        ("strict", 4, "4g.40gb", "4g.40gb: 39.25 GiB, 56 of 98 SMs"),
     ],
 )
 def test_mixed_asks_for_the_instance_and_says_what_it_is(
@@ -129,12 +144,10 @@ def test_single_selects_the_gfd_product_label_of_every_model(
     products = [
         "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
         "NVIDIA-A100-PCIE-80GB-MIG-3g.40gb",
+        "NVIDIA-H200-MIG-3g.71gb",
         "NVIDIA-H200-141GB-HBM3e-MIG-3g.71gb",
     ]
-    instance = (
-        "A100-80GB 3g.40gb: 3/7 of the compute, 1/2 of the memory; "
-        "H200 3g.71gb: 3/7 of the compute, 1/2 of the memory"
-    )
+    instance = "A100-80GB 3g.40gb: 39.25 GiB, 42 of 98 SMs; H200 3g.71gb: 69.75 GiB, 60 of 132 SMs"
     assert apply_response(pod, response) == rewritten(
         pod,
         GPU,
@@ -156,7 +169,7 @@ def test_gke_selects_the_partition_size(make_client: Callable[..., TestClient]) 
         pod,
         GPU,
         "1",
-        record(1, "1g.10gb: 1/7 of the compute, 1/8 of the memory"),
+        record(1, "1g.10gb: 9.75 GiB, 16 of 132 SMs"),
         NOT_TIME_SHARED,
     )
     want["spec"]["nodeSelector"] = {PARTITION: "1g.10gb"}
@@ -166,13 +179,14 @@ def test_gke_selects_the_partition_size(make_client: Callable[..., TestClient]) 
 # GKE partitions time-shared on top (GKE, "Share GPUs with multiple workloads using
 # time-sharing": a partition pool created with gpu-partition-size, gpu-sharing-strategy=
 # time-sharing and max-shared-clients-per-gpu=n carries all three node labels).
-TIME_SHARED_1G = "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by up to 4 clients without isolation"  # noqa: E501
+TIME_SHARED_1G = "1g.10gb: 9.62 GiB, 14 of 98 SMs, time-shared by up to 4 clients without isolation"
 
 
 @pytest.mark.parametrize(
     ("fit", "slices", "selector", "instance", "affinity"),
     [
-        # 1/16 of a GPU is smaller than the smallest partition, 1g.10gb: it shares one.
+        # 1/32 of a GPU: a quarter of the smallest partition, 1g.10gb (an eighth), holds
+        # it, so it shares one with up to 3 others.
         (
             "memory",
             1,
@@ -180,6 +194,7 @@ TIME_SHARED_1G = "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by
             TIME_SHARED_1G,
             None,
         ),
+        # Strict: a quarter of 1g.10gb's SMs (1/7 of them) holds 1/32 too.
         (
             "strict",
             1,
@@ -187,28 +202,28 @@ TIME_SHARED_1G = "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by
             TIME_SHARED_1G,
             None,
         ),
-        # 1/8 fills 1g.10gb's memory: a partition of its own, off time-shared pools.
+        # 1/16 is smaller than 1g.10gb, but a quarter of it is not 1/16: shared by 4, the
+        # Pod would get less than its share. A partition of its own, off time-shared pools.
         (
             "memory",
             2,
             {PARTITION: "1g.10gb"},
-            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            "1g.10gb: 9.62 GiB, 14 of 98 SMs",
             NOT_TIME_SHARED,
         ),
-        # Strict: 1/8 of the compute is less than 1g.10gb's 1/7, but its memory is all of
-        # 1g.10gb's: not smaller, so not shared.
+        # 1/8 fills 1g.10gb's memory.
         (
-            "strict",
-            2,
+            "memory",
+            4,
             {PARTITION: "1g.10gb"},
-            "1g.10gb: 1/7 of the compute, 1/8 of the memory",
+            "1g.10gb: 9.62 GiB, 14 of 98 SMs",
             NOT_TIME_SHARED,
         ),
         (
             "memory",
-            8,
+            16,
             {PARTITION: "3g.40gb"},
-            "3g.40gb: 3/7 of the compute, 1/2 of the memory",
+            "3g.40gb: 39.25 GiB, 42 of 98 SMs",
             NOT_TIME_SHARED,
         ),
     ],
@@ -224,7 +239,7 @@ def test_a_pod_smaller_than_the_smallest_partition_time_shares_one_and_is_told(
     client = make_client(
         **mig(
             CASTSLICE_MIG_STACK="gke",
-            CASTSLICE_SLICES_PER_GPU="16",
+            CASTSLICE_SLICES_PER_GPU="32",
             CASTSLICE_MIG_FIT=fit,
             CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
         )
@@ -246,28 +261,43 @@ def test_the_smallest_partition_the_settings_offer_is_the_one_shared() -> None:
             CASTSLICE_MIG_STACK="gke",
             CASTSLICE_SLICES_PER_GPU="16",
             CASTSLICE_MIG_PROFILES="2g.20gb,3g.40gb",
-            CASTSLICE_MIG_TIME_SHARED_CLIENTS="48",
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="2",
         )
     )
-    backend = backend_for(config)
-    # 2/16 and 3/16 are smaller than 2g.20gb (1/4 of the memory); 4/16 fills it.
-    for slices in (1, 2, 3):
+    backend = tools_for(config)
+    # Half of 2g.20gb (19.5 GiB, a little over a quarter of what MIG makes usable) holds
+    # 1/16 and 2/16; not 3/16, which gets a partition of its own, as 4/16 does.
+    for slices in (1, 2):
         placement = backend.place(slices)
         assert dict(placement.node_selector) == {
             PARTITION: "2g.20gb",
             GKE_SHARING: "time-sharing",
-            GKE_CLIENTS: "48",
+            GKE_CLIENTS: "2",
         }
         stated = backend.notes(placement)[0]
         assert stated.startswith("mig: the Pod shares 2g.20gb: "), stated
         assert len(stated) <= 120, stated
-    assert dict(backend.place(4).node_selector) == {PARTITION: "2g.20gb"}
+    for slices in (3, 4):
+        assert dict(backend.place(slices).node_selector) == {PARTITION: "2g.20gb"}
+
+
+def test_a_time_shared_partition_never_gives_a_pod_less_than_its_share() -> None:
+    """A tenth of an A100-80GB (7.9 GiB of what MIG makes usable) is smaller than its
+    1g.10gb, but 48 clients of one 1g.10gb get 0.2 GiB each: it gets a partition of its own."""
+    config = load_config(
+        mig(
+            CASTSLICE_MIG_STACK="gke",
+            CASTSLICE_SLICES_PER_GPU="10",
+            CASTSLICE_MIG_TIME_SHARED_CLIENTS="48",
+        )
+    )
+    assert dict(tools_for(config).place(1).node_selector) == {PARTITION: "1g.10gb"}
 
 
 def test_time_shared_partitions_change_nothing_off_the_gke_stack() -> None:
     shared = {"CASTSLICE_SLICES_PER_GPU": "16", "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4"}
-    plain = backend_for(load_config(mig(CASTSLICE_SLICES_PER_GPU="16")))
-    backend = backend_for(load_config(mig(**shared)))
+    plain = tools_for(load_config(mig(CASTSLICE_SLICES_PER_GPU="16")))
+    backend = tools_for(load_config(mig(**shared)))
     assert [backend.place(s) for s in range(1, 17)] == [plain.place(s) for s in range(1, 17)]
 
 
@@ -298,7 +328,7 @@ def test_whole_gpu_on_7g_instances_where_the_admin_says_so(
     client = make_client(**mig(CASTSLICE_MIG_WHOLE_GPU="7g"))
     pod = pod_of(8)
     response = review_response(client, make_review(pod))
-    instance = "7g.80gb: all of the compute, all of the memory"
+    instance = "7g.80gb: 78.5 GiB, 98 of 98 SMs"
     assert apply_response(pod, response) == rewritten(
         pod, "nvidia.com/mig-7g.80gb", "1", record(8, instance)
     )
@@ -359,7 +389,7 @@ def test_a_name_two_models_give_different_shares_is_kept_to_its_model(
                 {
                     "key": PRODUCT,
                     "operator": "In",
-                    "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"],
+                    "values": ["NVIDIA-A100-SXM4-40GB", "A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"],
                 }
             ]
         }
@@ -374,6 +404,25 @@ def test_a_name_two_models_give_different_shares_is_kept_to_its_model(
         ({"CASTSLICE_MIG_PROFILES": "3g.40gb,3g.41gb"}, "'3g.41gb' is not one of"),
         ({"CASTSLICE_MIG_STACK": "hami"}, "CASTSLICE_MIG_STACK='hami' must be one of"),
         ({"CASTSLICE_MIG_FIT": "compute"}, "CASTSLICE_MIG_FIT='compute' must be one of"),
+        # A model in the wrong case, or nearly spelt, is answered with the name.
+        ({"CASTSLICE_MIG_GPU_MODELS": "h200"}, "'h200' is not one of"),
+        ({"CASTSLICE_MIG_GPU_MODELS": "h200"}, "; did you mean H200?"),
+        ({"CASTSLICE_MIG_GPU_MODELS": "H100-NLV"}, "; did you mean H100-NVL?"),
+        ({"CASTSLICE_MIG_STACK": "Single"}, "; did you mean single?"),
+        # Profiles of no model listed: every Pod would get a whole GPU.
+        (
+            {"CASTSLICE_MIG_GPU_MODELS": "H200", "CASTSLICE_MIG_PROFILES": "1g.10gb,3g.40gb"},
+            r"1g.10gb, 3g.40gb are profiles of no model in CASTSLICE_MIG_GPU_MODELS \(H200\); "
+            "their profiles are 1g.18gb, 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb",
+        ),
+        # A GH200 is no H200: refused, and nothing suggested.
+        ({"CASTSLICE_MIG_GPU_MODELS": "GH200"}, r"B200, A30 \(comma-separated\)$"),
+        ({"CASTSLICE_MIG_PRODUCT_NAMES": "h200=NVIDIA H200 NVL"}, "did you mean H200?"),
+        ({"CASTSLICE_MIG_PRODUCT_NAMES": "NVIDIA H200 NVL"}, "not of the form MODEL=NAME"),
+        (
+            {"CASTSLICE_MIG_PRODUCT_NAMES": "H200=NVIDIA H200 NVL,H100-NVL=NVIDIA H200 NVL"},
+            "'NVIDIA H200 NVL' is given to H200 already",
+        ),
     ],
 )
 def test_bad_mig_settings_are_refused_by_name(env: dict[str, str], named: str) -> None:
@@ -402,8 +451,7 @@ def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
     # Where no 3g.40gb is free, the claim falls back to the larger instances that hold half
     # a GPU too, and the record says which.
     instance = (
-        "3g.40gb: 3/7 of the compute, 1/2 of the memory; "
-        "if none is free, the first free of 4g.40gb, 7g.80gb"
+        "3g.40gb: 39.25 GiB, 42 of 98 SMs; if none is free, the first free of 4g.40gb, 7g.80gb"
     )
     want["metadata"]["annotations"][APPLIED] = json.dumps(
         record(4, instance), separators=(",", ":")
@@ -411,10 +459,10 @@ def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
     assert apply_response(pod, response) == want
     assert response["auditAnnotations"]["instance"] == instance
     assert response["warnings"] == [
-        "mig: the Pod gets a MIG instance, 3g.40gb: 3/7 of the compute, 1/2 of the memory",
-        "mig: if none is free, the first free of 4g.40gb, 7g.80gb",
+        "mig: the Pod gets a MIG instance, 3g.40gb: 39.25 GiB, 42 of 98 SMs; "
+        "if none is free, the first free of 4g.40gb, 7g.80gb",
     ]
-    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    templates = tools_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
     assert templates is not None
     (template,) = templates.manifests([None], [4])
     (request,) = template["spec"]["spec"]["devices"]["requests"]
@@ -443,7 +491,7 @@ def test_dra_claims_the_instance_by_the_nvidia_drivers_attributes(
 
 def test_a_dra_claim_of_the_one_instance_that_holds_its_share_has_no_alternatives() -> None:
     # 3/4 of an A100-80GB: only 7g.80gb holds it.
-    templates = backend_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
+    templates = tools_for(load_config(mig(CASTSLICE_MIG_STACK="dra"))).claim_templates()
     assert templates is not None
     (request,) = templates.manifests([None], [6])[0]["spec"]["spec"]["devices"]["requests"]
     assert list(request) == ["name", "exactly"]
@@ -467,7 +515,7 @@ def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
     config = load_config(
         mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS="A100-40GB,H100-80GB")
     )
-    templates = backend_for(config).claim_templates()
+    templates = tools_for(config).claim_templates()
     assert templates is not None
     (template,) = templates.manifests(["ml"], [2])
     assert template["metadata"] == {
@@ -477,7 +525,7 @@ def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
     }
     alternatives = template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
     attributes = "device.attributes['gpu.nvidia.com']"
-    a100 = "['NVIDIA A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']"
+    a100 = "['NVIDIA A100-SXM4-40GB', 'A100-SXM4-40GB', 'NVIDIA A100-PCIE-40GB']"
     h100 = "['NVIDIA H100 80GB HBM3']"
     # Each model's smallest instance that holds a quarter, then each one's next larger.
     (first,) = alternatives[0]["selectors"]
@@ -504,10 +552,92 @@ def test_dra_keeps_models_apart_where_a_profile_name_is_ambiguous() -> None:
 @pytest.mark.parametrize("models", ["A100-80GB", "A100-40GB,H100-80GB", "H200,B200"])
 def test_every_dra_template_is_a_valid_resource_claim_template(version: str, models: str) -> None:
     config = load_config(mig(CASTSLICE_MIG_STACK="dra", CASTSLICE_MIG_GPU_MODELS=models))
-    templates = backend_for(config).claim_templates()
+    templates = tools_for(config).claim_templates()
     assert templates is not None
     counts, _ = templates.default_counts()
     for template in templates.manifests(["ml"], counts):
         kubernetes_validate.validate(template, version, strict=True)
         for request in template["spec"]["spec"]["devices"]["requests"]:
             assert len(request.get("firstAvailable", ())) <= 8
+
+
+def test_product_names_the_settings_add_are_selected_on_every_stack() -> None:
+    env = {
+        "CASTSLICE_MIG_GPU_MODELS": "H200",
+        "CASTSLICE_MIG_PRODUCT_NAMES": "H200=NVIDIA H200 NVL",
+    }
+    single = tools_for(load_config(mig(CASTSLICE_MIG_STACK="single", **env))).place(1)
+    assert single.labels_in == (
+        (
+            PRODUCT,
+            (
+                "NVIDIA-H200-MIG-1g.18gb",
+                "NVIDIA-H200-141GB-HBM3e-MIG-1g.18gb",
+                "NVIDIA-H200-NVL-MIG-1g.18gb",
+            ),
+        ),
+    )
+    # Where a profile name means other shares on another model listed (A100-40GB's
+    # 1g.10gb), a DRA claim names the products, NVML's names as the driver publishes them.
+    a100 = {
+        "CASTSLICE_MIG_STACK": "dra",
+        "CASTSLICE_MIG_GPU_MODELS": "A100-40GB,A100-80GB",
+        "CASTSLICE_MIG_PRODUCT_NAMES": "A100-80GB=NVIDIA A100 80GB PCIe",
+    }
+    templates = tools_for(load_config(mig(**a100))).claim_templates()
+    assert templates is not None
+    cel = json.dumps(templates.manifests([None], [1]))
+    assert "productName in ['NVIDIA A100-SXM4-80GB', 'NVIDIA A100-PCIE-80GB', " in cel
+    assert "'NVIDIA A100 80GB PCIe']" in cel
+
+
+@pytest.mark.parametrize(
+    ("env", "slices"),
+    [
+        ({"CASTSLICE_MIG_GPU_MODELS": "H200", "CASTSLICE_MIG_STACK": "single"}, 1),
+        (
+            {
+                "CASTSLICE_MIG_STACK": "gke",
+                "CASTSLICE_SLICES_PER_GPU": "32",
+                "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4",
+            },
+            1,
+        ),
+        (
+            {
+                "CASTSLICE_MIG_GPU_MODELS": "H200",
+                "CASTSLICE_MIG_PROFILES": "1g.18gb,2g.35gb,3g.71gb,7g.141gb",
+            },
+            2,
+        ),
+        (
+            {
+                "CASTSLICE_SLICES_PER_GPU": "4",
+                "CASTSLICE_MIG_PROFILES": "1g.10gb,3g.40gb",
+            },
+            3,
+        ),
+        ({"CASTSLICE_MIG_GPU_MODELS": "A100-80GB,H200"}, 2),
+    ],
+)
+def test_operate_md_explains_each_mig_warning(env: dict[str, str], slices: int) -> None:
+    """docs/operate.md's Warnings table has a row for each warning the mig backend gives."""
+    operate = (Path(__file__).parent.parent / "docs" / "operate.md").read_text()
+    warnings_table = operate.split("### Warnings", 1)[1].split("## ", 1)[0]
+    backend = tools_for(load_config(mig(**env)))
+    # The last: the instance line, or the caveat that follows it.
+    note = backend.notes(backend.place(slices))[-1]
+    assert f"| `{note}` |" in warnings_table, note
+    pending = operate.split("### A Pod is Pending", 1)[1].split("### ", 1)[0]
+    for message in ("Insufficient nvidia.com/mig-", "-MIG-<profile>", "gke-gpu-partition-size"):
+        assert message in pending
+
+
+def test_each_stack_the_setting_offers_is_one_class_chosen_once_from_the_settings() -> None:
+    """CASTSLICE_MIG_STACK names a class that answers for its stack; the placer holds it."""
+    assert tuple(STACKS) == MIG_STACKS
+    for name in MIG_STACKS:
+        backend = tools_for(load_config(mig(CASTSLICE_MIG_STACK=name)))
+        assert type(backend.stack) is STACKS[name]
+        assert backend.stack.name == name
+        assert f"stack {name}," in backend.describe()

@@ -12,10 +12,7 @@ instances; `castslice plan`'s tests use it as the oracle for the layouts plan pr
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
-from collections.abc import Mapping
-from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -23,76 +20,14 @@ from hypothesis import strategies as st
 
 from castslice.backends.mig import layouts
 from castslice.backends.mig.profiles import MODELS, GpuModel
-from tests.test_mig_profiles import (
+from tests.helpers import (
     DEVICE_IDS,
     MIG_PARTED,
-    MOCKS,
-    _filters,
-    _mock,
-    gpu_instance_profiles,
+    PLACEMENT_MOCKS,
+    mig_parted_filters,
+    nvml_allows,
+    nvml_placements,
 )
-
-# The models whose go-nvml mock lists the placements the hardware has (the H100, H200 and
-# B200 mocks list sizes of their own, not NVML's: 3 memory slices for a 3g instance).
-PLACEMENT_MOCKS = {"A100-80GB": "a100", "A100-40GB": "a100", "A30": "a30"}
-# NVIDIA's MIG User Guide ("H100 MIG Profiles") gives the H100-80GB the A100-80GB's
-# placements: the oracle reads them from the A100's.
-ORACLE_MOCKS = {**PLACEMENT_MOCKS, "H100-80GB": "a100"}
-
-
-def nvml_profile_ids(model: GpuModel) -> dict[str, str]:
-    """Each profile's NVML GPU instance profile id, matched by compute slices and share of
-    the memory, as tests/test_mig_profiles.py matches them."""
-    reported = [p for p in gpu_instance_profiles(*MOCKS[model.name]) if "REV1" not in p.id]
-    full = max(reported, key=lambda p: p.slices)
-    ids = {}
-    for profile in model.profiles:
-        (match,) = [
-            p
-            for p in reported
-            if p.slices == profile.compute_slices
-            and round(Fraction(p.memory_mb, full.memory_mb) * model.memory_total)
-            == profile.memory_slices
-        ]
-        ids[profile.name] = match.id
-    return ids
-
-
-def nvml_placements(model: GpuModel) -> dict[str, list[tuple[int, int]]]:
-    """Each profile's (start, size) placements, as the go-nvml mock's NVML reports them."""
-    text = _mock(ORACLE_MOCKS[model.name])
-    body = text.split("_GpuInstancePlacements = map[int][]nvml.GpuInstancePlacement{", 1)[1]
-    body = body.split("\n}\n", 1)[0]
-    by_id = {
-        match.group(1): [
-            (int(start), int(size))
-            for start, size in re.findall(r"Start: (\d+), Size: (\d+)", match.group(2))
-        ]
-        for match in re.finditer(r"nvml\.GPU_INSTANCE_PROFILE_(\w+): \{(.*?)\n\t\},", body, re.S)
-    }
-    return {name: by_id[id_] for name, id_ in nvml_profile_ids(model).items()}
-
-
-def nvml_allows(model: GpuModel, instances: Mapping[str, int]) -> bool:
-    """Whether one GPU of `model` holds these instances: some choice of NVML placements that
-    do not overlap, and no more compute slices than the GPU has (every choice tried)."""
-    placements = nvml_placements(model)
-    wanted = [name for name, count in instances.items() for _ in range(count)]
-    compute = sum(int(name.split("g.")[0]) for name in wanted)
-    if compute > model.compute_total:
-        return False
-
-    def place(index: int, taken: frozenset[int]) -> bool:
-        if index == len(wanted):
-            return True
-        for start, size in placements[wanted[index]]:
-            slots = frozenset(range(start, start + size))
-            if not slots & taken and place(index + 1, taken | slots):
-                return True
-        return False
-
-    return place(0, frozenset())
-
 
 NVML_MODELS = [MODELS[name] for name in PLACEMENT_MOCKS]
 
@@ -114,7 +49,7 @@ def test_all_balanced_is_mig_parteds(model: GpuModel) -> None:
 
 def _balanced(device: str) -> dict[str, int]:
     for entry in MIG_PARTED["mig-configs"]["all-balanced"]:
-        if device in _filters(entry):
+        if device in mig_parted_filters(entry):
             return {name: int(count) for name, count in entry["mig-devices"].items()}
     raise AssertionError(f"all-balanced names no {device}")
 

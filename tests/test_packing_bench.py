@@ -33,8 +33,8 @@ from bench.packing.trace import (
     workload,
 )
 from castslice.environment import load_config
-from castslice.extender import cluster_view
-from castslice.inspect.gpus_needed import environment_of, estimate
+from castslice.extender import cluster_view, expectations
+from castslice.inspect.plan import environment_of, estimate
 
 NODES = read_nodes()
 TASKS = read_tasks()
@@ -417,7 +417,7 @@ def test_in_process_placements_do_not_depend_on_how_fast_the_machine_is(
     nodes = sample_nodes(NODES, 20)
     tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42, order="shuffled")[:300]
     prompt = place_all(nodes, tasks, "extender", seed=42)
-    monkeypatch.setattr(cluster_view, "EXPECTED_FOR", -1.0)
+    monkeypatch.setattr(expectations, "EXPECTED_FOR", -1.0)
     assert place_all(nodes, tasks, "extender", seed=42).nodes == prompt.nodes
 
 
@@ -447,7 +447,7 @@ def test_offline_batches_show_the_extender_a_batch_of_pods_before_it_scores_the_
     prioritize = cluster_view.ClusterView.prioritize
 
     def counting(view: cluster_view.ClusterView, pod: dict, names: list[str]) -> list:
-        known_when_scored.append(len(view._pods))
+        known_when_scored.append(len(view.watched.pods))
         return prioritize(view, pod, names)
 
     monkeypatch.setattr(cluster_view.ClusterView, "prioritize", counting)

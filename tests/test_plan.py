@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -17,9 +15,8 @@ import pytest
 import yaml
 
 from castslice import cli
-from castslice.backends.mig.profiles import MODELS, GpuModel
 from castslice.environment import load_config
-from castslice.inspect.gpus_needed import (
+from castslice.inspect.plan import (
     Task,
     WorkloadError,
     estimate,
@@ -28,13 +25,9 @@ from castslice.inspect.gpus_needed import (
     tasks_from_pod,
     tasks_from_trace,
 )
-from tests.mig_nodes import layout as mig_parted_layout
-from tests.test_mig_layouts import nvml_allows
+from tests.helpers import HEADER, SLICE_RATIO, TRACE, applied_as_printed, plan_in_process, run_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = ROOT / "bench" / "packing" / "data" / "openb_pod_list_default.csv"
-HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-MIG_RESOURCE = "nvidia.com/mig-"
 
 
 def shares(*gpus: str) -> list[Task]:
@@ -211,18 +204,6 @@ def test_the_trace_s_recommendation_beats_today_s_default() -> None:
     assert any("castslice claim-templates" in note for note in anywhere.best.notes)
 
 
-def run(*argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "castslice", "plan", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin"},
-        check=False,
-    )
-
-
 DEPLOYMENT = """\
 apiVersion: apps/v1
 kind: Deployment
@@ -252,7 +233,7 @@ spec:
 
 
 def test_manifests_are_planned_as_castslice_leaves_them_replicas_counted() -> None:
-    done = run("-f", "-", "-o", "json", stdin=DEPLOYMENT)
+    done = run_plan("-f", "-", "-o", "json", stdin=DEPLOYMENT)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     # Six inference Pods (2 of 4 slices: half a GPU each) and a Pod left with 2 GPUs.
@@ -263,8 +244,8 @@ def test_manifests_are_planned_as_castslice_leaves_them_replicas_counted() -> No
 
 def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
     chart = tmp_path / "plan.svg"
-    as_yaml = yaml.safe_load(run("-f", "-", "-o", "yaml", stdin=DEPLOYMENT).stdout)
-    table = run("-f", "-", "--plot", str(chart), stdin=DEPLOYMENT)
+    as_yaml = yaml.safe_load(run_plan("-f", "-", "-o", "yaml", stdin=DEPLOYMENT).stdout)
+    table = run_plan("-f", "-", "--plot", str(chart), stdin=DEPLOYMENT)
     assert table.returncode == 0, table.stderr
     assert as_yaml["keep"] and as_yaml["recommended"] == "today"
     assert "Recommended: keep the current settings (CASTSLICE_BACKEND=resource " in table.stdout
@@ -283,7 +264,7 @@ def test_yaml_table_and_plot_say_the_same(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_exits_2_with_what_was_wrong(argv: list[str], message: str) -> None:
-    done = run(*argv, stdin="apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {}\n")
+    done = run_plan(*argv, stdin="apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {}\n")
     assert done.returncode == cli.EXIT_USAGE
     assert message in done.stderr
     assert "Traceback" not in done.stderr
@@ -326,172 +307,6 @@ spec:
           image: registry.invalid/app:1
           resources: {limits: {nvidia.com/gpu: 1}}
 """
-SLICE_RATIO = "castops.io/slice-ratio"
-# The node labels each sharing backend places a share with: clients per GPU.
-DEGREE_LABELS = ("nvidia.com/gpu.replicas", "cloud.google.com/gke-max-shared-clients-per-gpu")
-
-
-def castslice(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-    environment: dict[str, str],
-    *argv: str,
-    stdin: str = "",
-) -> str:
-    """`castslice ARGV` in this process with exactly these CASTSLICE_* settings."""
-    for name in [name for name in os.environ if name.startswith("CASTSLICE_")]:
-        monkeypatch.delenv(name)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
-    capsys.readouterr()
-    assert cli.main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
-def reference(item: dict) -> str:
-    metadata = item["metadata"]
-    return f"{item['kind']} {metadata.get('namespace') or 'default'}/{metadata['name']}"
-
-
-def templates_of(item: dict) -> list[tuple[str, dict, int]]:
-    """(how plan names its Pods, the Pod template, how many Pods) of a Pod, a Deployment or
-    a PyTorchJob, the kinds these tests use."""
-    if item["kind"] == "Pod":
-        return [(reference(item), item, 1)]
-    if item["kind"] == "Deployment":
-        return [(reference(item), item["spec"]["template"], item["spec"].get("replicas", 1))]
-    specs = item["spec"]["pytorchReplicaSpecs"]
-    return [
-        (f"{reference(item)}: {kind}", spec["template"], spec.get("replicas", 1))
-        for kind, spec in specs.items()
-    ]
-
-
-def with_ratios(text: str, ratios: dict[str, int]) -> str:
-    """The manifests with each Pod's castops.io/slice-ratio set as plan printed it."""
-    items = [item for item in yaml.safe_load_all(text) if item]
-    for item in items:
-        for name, template, _ in templates_of(item):
-            if name in ratios:
-                template["metadata"]["annotations"][SLICE_RATIO] = str(ratios.pop(name))
-    assert not ratios, f"plan named Pods the manifests do not have: {ratios}"
-    return yaml.safe_dump_all(items)
-
-
-def gpus_given(previewed: dict, environment: dict[str, str], promised: dict) -> int:
-    """GPUs the Pods preview shows need, counted from what each container was given: whole
-    GPUs, a share of a pool of M clients per GPU (its node label), a count of the shared
-    resource or (dra) of the record's slices, each pool's shares packed onto whole GPUs; or
-    a MIG instance (mig_gpus)."""
-    config = load_config(environment)
-    per_gpu = config.slices_per_gpu
-    whole, pools = 0, Counter[object]()
-    instances = Counter[str]()
-    for item in previewed["items"]:
-        for _, template, copies in templates_of(item):
-            spec = template["spec"]
-            record = (template["metadata"].get("annotations") or {}).get(
-                "castslice.castops.io/applied"
-            )
-            degree = next(
-                (int(value) for key, value in (spec.get("nodeSelector") or {}).items()
-                 if key in DEGREE_LABELS), None,
-            )  # fmt: skip
-            instance = instance_on_node(spec)
-            for container in spec["containers"]:
-                limits = (container.get("resources") or {}).get("limits") or {}
-                mig = [key for key in limits if key.startswith(MIG_RESOURCE)]
-                if mig:
-                    (key,) = mig
-                    instances[key.removeprefix(MIG_RESOURCE)] += int(limits[key]) * copies
-                elif instance and "nvidia.com/gpu" in limits:
-                    instances[instance] += int(limits["nvidia.com/gpu"]) * copies
-                elif degree:
-                    pools[degree] += Fraction(copies, degree)
-                elif config.shared_resource in limits:
-                    pools["shared"] += Fraction(
-                        int(limits[config.shared_resource]) * copies, per_gpu
-                    )
-                elif "nvidia.com/gpu" in limits:
-                    whole += int(limits["nvidia.com/gpu"]) * copies
-                elif record and container.get("resources", {}).get("claims"):
-                    slices = json.loads(record)["slices"]
-                    if slices < per_gpu:
-                        pools["claims"] += Fraction(slices * copies, per_gpu)
-                    else:
-                        whole += -(-slices // per_gpu) * copies
-    mig = mig_gpus(instances, MODELS[config.mig_gpu_models[0]], promised)
-    return whole + sum(math.ceil(shares) for shares in pools.values()) + mig
-
-
-def instance_on_node(spec: dict) -> str | None:
-    """The MIG profile a Pod asking for `nvidia.com/gpu` gets from its node: GKE's partition
-    size in its nodeSelector, or the `single` strategy's product label `<product>-MIG-<p>`
-    its node affinity requires."""
-    partition = (spec.get("nodeSelector") or {}).get("cloud.google.com/gke-gpu-partition-size")
-    if partition:
-        return str(partition)
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    for term in required.get("nodeSelectorTerms") or ():
-        for expression in term.get("matchExpressions") or ():
-            values = expression.get("values") or []
-            if expression["key"] == "nvidia.com/gpu.product" and "-MIG-" in "".join(values):
-                return str(values[0]).rsplit("-MIG-", 1)[1]
-    return None
-
-
-def mig_gpus(instances: Counter[str], model: GpuModel, promised: dict) -> int:
-    """GPUs holding the MIG instances preview gave, cut as plan printed: on GPUs laid out as
-    mig-parted's all-balanced or all-<profile>, as many as the scarcest instance needs; in a
-    mix, the layouts plan printed, each mig-parted's all-<profile> (with as many GPUs as
-    its instances need) or one NVML's placements allow (the oracle of
-    tests/test_mig_layouts.py), holding exactly these instances."""
-    if not instances:
-        return 0
-    layout = promised["settings"]["layout"]
-    if layout != "mix":
-        per_gpu = mig_parted_layout(model.name, layout)
-        return max(math.ceil(count / per_gpu[name]) for name, count in instances.items())
-    cut = [pool for pool in promised["pools"] if "instancesPerGpu" in pool]
-    # GKE's partition pools and the single strategy's nodes offer one profile each.
-    one_profile = promised["environment"]["CASTSLICE_MIG_STACK"] in ("gke", "single")
-    held, left = Counter[str](), Counter(instances)
-    for pool in cut:
-        per_gpu = pool["instancesPerGpu"]
-        assert pool["pool"].startswith("all-") or not one_profile, pool
-        if pool["pool"].startswith("all-"):
-            assert per_gpu == mig_parted_layout(model.name, pool["pool"]), pool
-            ((name, count),) = per_gpu.items()
-            assert pool["gpus"] == math.ceil(left.pop(name) / count), pool
-            continue
-        assert nvml_allows(model, per_gpu), pool
-        for name, count in per_gpu.items():
-            held[name] += count * pool["gpus"]
-    assert held == left, promised["name"]
-    return sum(pool["gpus"] for pool in cut)
-
-
-def applied_as_printed(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-    today: dict[str, str],
-    promised: dict,
-    manifests: str,
-) -> None:
-    environment = {**today, **promised["environment"]}
-    text = with_ratios(manifests, dict(promised["sliceRatios"]))
-    again = json.loads(castslice(monkeypatch, capsys, environment, "plan", "-f", "-", "-o",
-                                 "json", stdin=text))  # fmt: skip
-    # Today's MIG GPUs are counted as the mix of the profiles the settings offer: that the
-    # nodes are laid out as all-balanced is no setting.
-    if promised["settings"].get("layout") != "all-balanced":
-        assert again["today"]["gpus"] == promised["gpus"], promised["name"]
-    previewed = json.loads(castslice(monkeypatch, capsys, environment, "preview", "-f", "-",
-                                     "-o", "json", stdin=text))  # fmt: skip
-    assert gpus_given(previewed, environment, promised) == promised["gpus"], promised["name"]
 
 
 @pytest.mark.parametrize(
@@ -512,7 +327,9 @@ def test_every_configuration_plan_prints_applied_as_printed_gives_its_figure(
     today: dict[str, str],
 ) -> None:
     result = json.loads(
-        castslice(monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=manifests)
+        plan_in_process(
+            monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=manifests
+        )
     )
     shown = [result["recommendation"], *result["candidates"]]
     for promised in shown:
@@ -567,7 +384,7 @@ def test_what_plan_recommends_for_the_trace_applied_as_printed_gives_its_figure(
     # test above, on manifests: the trace through preview takes seconds a configuration).
     today: dict[str, str] = {}
     result = json.loads(
-        castslice(monkeypatch, capsys, today, "plan", "--trace", str(TRACE), "-o", "json")
+        plan_in_process(monkeypatch, capsys, today, "plan", "--trace", str(TRACE), "-o", "json")
     )
     assert result["recommendation"]["environment"]["CASTSLICE_SLICES_PER_GPU"] == "100"
     for promised in [result["recommendation"], *result["recommendedPerBackend"].values()]:
@@ -578,7 +395,7 @@ def test_what_plan_recommends_for_the_trace_applied_as_printed_gives_its_figure(
 
 
 def test_plan_keeps_to_a_named_backend_and_lists_the_others_as_if_the_nodes_offered_them() -> None:
-    done = run("--trace", str(TRACE), "--backend", "gke")
+    done = run_plan("--trace", str(TRACE), "--backend", "gke")
     assert done.returncode == 0, done.stderr
     recommended = done.stdout.split("Recommended: ", 1)[1]
     assert recommended.startswith("gke pools 2,4: 6556 GPUs, 646 fewer than today")
@@ -605,7 +422,7 @@ def test_plan_keeps_to_a_named_backend_and_lists_the_others_as_if_the_nodes_offe
 def test_plan_says_to_keep_the_settings_when_no_change_gains_a_gpu(
     manifests: str, argv: list[str], why: str
 ) -> None:
-    done = run("-f", "-", *argv, stdin=manifests)
+    done = run_plan("-f", "-", *argv, stdin=manifests)
     (recommended,) = [line for line in done.stdout.splitlines() if "Recommended" in line]
     assert recommended.startswith("Recommended: keep the current settings (CASTSLICE_BACKEND=")
     assert why in recommended
@@ -613,11 +430,11 @@ def test_plan_says_to_keep_the_settings_when_no_change_gains_a_gpu(
 
 
 def test_no_sharing_is_what_the_containers_ask_for_and_warnings_name_pods_as_preview_does() -> None:
-    done = run("-f", "-", "-o", "json", stdin=EXAMPLE)
+    done = run_plan("-f", "-", "-o", "json", stdin=EXAMPLE)
     result = json.loads(done.stdout)
     # Master asks for 1 GPU, Worker for 4: five GPUs without CastSlice.
     assert result["noSharing"]["gpus"] == 1 + 4
-    table = run("-f", "-", stdin=EXAMPLE).stdout
+    table = run_plan("-f", "-", stdin=EXAMPLE).stdout
     preview = subprocess.run(
         [sys.executable, "-m", "castslice", "preview", "-f", "-"], input=EXAMPLE,
         capture_output=True, text=True, cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, check=True,
@@ -629,3 +446,35 @@ def test_no_sharing_is_what_the_containers_ask_for_and_warnings_name_pods_as_pre
         "castslice gives it 1/2 of a GPU"
     )
     assert f"Warning: today: {named}\n" in table
+
+
+BURSTING = DEPLOYMENT.split("---")[0].replace(
+    "castops.io/workload-type: inference}",
+    'castops.io/workload-type: inference, castops.io/gpu-memory-burst: "3"}',
+)
+
+
+def test_with_gpu_memory_limits_plan_counts_each_gpu_s_requests_and_says_the_bursts() -> None:
+    argv = ("-f", "-", "--backend", "nvidia", "--gpu-memory", "143771Mi")
+    done = run_plan(*argv, "-o", "json", stdin=BURSTING)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    table = run_plan(*argv, stdin=BURSTING).stdout
+
+    # Six halves of an H200 on pools of 2: 71885 MiB requested each, two to a GPU (143770 of
+    # its 143771 MiB); each may burst to 3/4 of the GPU, 107828 MiB.
+    best = result["recommendation"]
+    assert (best["name"], best["gpus"]) == ("nvidia pools 2", 3)
+    assert best["gpuMemory"] == {
+        "gpuMiB": 143771,
+        "requestedMiB": 6 * 71885,
+        "burstingPods": 6,
+        "burstMiB": 6 * (107828 - 71885),
+    }
+    assert (
+        "GPU memory: 431310 MiB requested in all, counted so that no GPU's requests pass its "
+        "143771 MiB; 6 Pods may burst 215658 MiB beyond their requests in all, which no GPU "
+        "reserves." in table
+    )
+    # Today's pools of 4 hold no half: whole GPUs, nothing requested of the driver.
+    assert result["today"]["gpuMemory"]["requestedMiB"] == 0

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from castslice.backends import backend_for
 from castslice.backends.mig.profiles import MODELS
+from castslice.backends.tools import tools_for
 from castslice.environment import load_config
-from castslice.inspect.gpus_needed import Estimate, Task, estimate, plan, tasks_from_trace
+from castslice.inspect.plan import Estimate, Task, estimate, plan, tasks_from_trace
 from castslice.settings.config import Config
-from tests.test_plan import HEADER, TRACE, applied_as_printed, castslice, run
+from tests.helpers import HEADER, TRACE, applied_as_printed, plan_in_process, run_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "backends.md"
@@ -33,7 +33,7 @@ def pods(count: int, share: str) -> list[Task]:
 
 def cut(config: Config, tasks: list[Task]) -> dict[str, Estimate]:
     """Each way plan cuts the GPUs of `config`'s first model, counted for `tasks`."""
-    layouts = backend_for(config).gpu_layouts() or ()
+    layouts = tools_for(config).gpu_layouts() or ()
     return {layout.name: estimate(layout.config, tasks, layout.name, layout) for layout in layouts}
 
 
@@ -46,7 +46,7 @@ def test_seven_pods_at_an_eighth_fill_one_a100_80gb_cut_into_seven() -> None:
     assert counted["all-balanced"].gpus == 4
     assert counted["all-1g.20gb"].gpus == 2
     assert counted["all-7g.80gb"].gpus == 7
-    assert counted["mix"].gets == (("1g.10gb: 1/7 of the compute, 1/8 of the memory", 7),)
+    assert counted["mix"].gets == (("1g.10gb: 9.62 GiB, 14 of 98 SMs", 7),)
 
 
 def test_halves_take_two_3g_40gb_a_gpu_memory_first_and_a_4g_40gb_each_strict() -> None:
@@ -56,10 +56,10 @@ def test_halves_take_two_3g_40gb_a_gpu_memory_first_and_a_4g_40gb_each_strict() 
     assert memory["all-balanced"].gpus == 4  # one 3g.40gb a GPU
     # 1g.10gb holds no half: the Pods get whole GPUs.
     assert [(pool.label, pool.gpus) for pool in memory["all-1g.10gb"].pools] == [("whole GPUs", 4)]
-    assert memory["mix"].gets == (("3g.40gb: 3/7 of the compute, 1/2 of the memory", 4),)
+    assert memory["mix"].gets == (("3g.40gb: 39.25 GiB, 42 of 98 SMs", 4),)
     strict = cut(mig(CASTSLICE_MIG_FIT="strict"), pods(4, "1/2"))
     assert strict["mix"].gpus == 4
-    assert strict["mix"].gets == (("4g.40gb: 4/7 of the compute, 1/2 of the memory", 4),)
+    assert strict["mix"].gets == (("4g.40gb: 39.25 GiB, 56 of 98 SMs", 4),)
     # 3g.40gb's 3/7 of the compute holds no half: strict gives those nodes whole GPUs.
     assert [pool.label for pool in strict["all-3g.40gb"].pools] == ["whole GPUs"]
 
@@ -118,9 +118,7 @@ def test_each_backend_says_what_its_pods_are_guaranteed() -> None:
         ),
     )
     assert estimate(dra, halves, "d").gets == (("no compute or memory guaranteed", 4),)
-    assert estimate(mig(), halves, "g").gets == (
-        ("3g.40gb: 3/7 of the compute, 1/2 of the memory", 4),
-    )
+    assert estimate(mig(), halves, "g").gets == (("3g.40gb: 39.25 GiB, 42 of 98 SMs", 4),)
 
 
 def test_plan_recommends_s_8_for_mig_the_coarsest_that_needs_the_fewest() -> None:
@@ -155,7 +153,7 @@ def test_the_gpu_model_setting_chooses_the_profiles_plan_cuts() -> None:
     assert cut_a30 == {"mix", "all-balanced", "all-1g.6gb", "all-2g.12gb", "all-4g.24gb"}
     # A30's memory comes in quarters: four quarter Pods on one GPU cut into 1g.6gb.
     assert a30.per_backend["mig"].gpus == 1
-    assert a30.per_backend["mig"].gets == (("1g.6gb: 1/4 of the compute, 1/4 of the memory", 4),)
+    assert a30.per_backend["mig"].gets == (("1g.6gb: 5.81 GiB, 14 of 56 SMs", 4),)
 
 
 def _opted_in_deployment(name: str, replicas: int, slice_ratio: int) -> str:
@@ -216,7 +214,9 @@ def test_every_mig_layout_plan_prints_applied_through_preview_gives_its_figure(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, today: dict[str, str]
 ) -> None:
     result = json.loads(
-        castslice(monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=MIG_WORKLOAD)
+        plan_in_process(
+            monkeypatch, capsys, today, "plan", "-f", "-", "-o", "json", stdin=MIG_WORKLOAD
+        )
     )
     shown = [item for item in result["candidates"] if "layout" in item["settings"]]
     assert {item["settings"]["layout"] for item in shown} >= {"mix", "all-3g.40gb"}
@@ -228,7 +228,7 @@ def test_plan_with_the_mig_backend_prints_its_settings_and_why_that_s(tmp_path: 
     # 14 tasks at 0.1 of a GPU (an eighth at S=8, a quarter at today's S=4), 4 at a half.
     trace = tmp_path / "mix.csv"
     trace.write_text(HEADER + "a,1,1,1,100,\n" * 14 + "b,1,1,1,500,\n" * 4)
-    done = run("--trace", str(trace), "--backend", "mig")
+    done = run_plan("--trace", str(trace), "--backend", "mig")
     assert done.returncode == 0, done.stderr
     recommended = done.stdout.split("Recommended: ", 1)[1]
     assert recommended.startswith("mig mix S=8: ")
@@ -239,8 +239,12 @@ def test_plan_with_the_mig_backend_prints_its_settings_and_why_that_s(tmp_path: 
     ):
         assert line in recommended
     (why,) = [line for line in done.stdout.splitlines() if line.startswith("Cutting GPUs (mig)")]
+    # The way and S with the settings that give them.
     assert why == (
-        "Cutting GPUs (mig): mig mix S=8: 4 GPUs, the fewest of its ways and S; mix needs "
+        "Cutting GPUs (mig): mig mix S=8 (CASTSLICE_SLICES_PER_GPU=8 "
+        "CASTSLICE_MIG_GPU_MODELS=A100-80GB CASTSLICE_MIG_STACK=mixed CASTSLICE_MIG_FIT=memory "
+        "CASTSLICE_MIG_WHOLE_GPU=gpu CASTSLICE_PRESETS=training=8,inference=4,batch=4,dev=2 "
+        "CASTSLICE_DEFAULT_SLICES=2): 4 GPUs, the fewest of its ways and S; mix needs "
         "S=4: 6, S=8: 4, S=10: 4, S=100: 4 GPUs."
     )
 
@@ -248,7 +252,7 @@ def test_plan_with_the_mig_backend_prints_its_settings_and_why_that_s(tmp_path: 
 def test_the_trade_offs_table_in_the_docs_is_what_plan_prints_for_the_trace(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    printed = castslice(
+    printed = plan_in_process(
         monkeypatch,
         capsys,
         {},
@@ -297,3 +301,48 @@ def test_the_scheduler_extender_is_not_advised_for_mig_devices() -> None:
     assert result.best.settings["backend"] == "mig"
     assert not result.recommended_claims_devices
     assert result.extender_advice[0] is False
+
+
+def test_plan_compares_every_way_of_cutting_when_today_offers_a_few_profiles() -> None:
+    """Quarters on A100-80GBs whose settings offer 1g.10gb and 3g.40gb get a 3g.40gb each,
+    two a GPU: 6 GPUs. Cut into 1g.20gb, four a GPU, they need 3: plan says so, with the
+    profiles to offer, and those settings give its figure."""
+    today = mig(CASTSLICE_MIG_PROFILES="1g.10gb,3g.40gb")
+    quarters = pods(12, "1/4")
+    result = plan(today, quarters, named_backend=True)
+    assert result.today.gpus == 6
+    assert result.best.name == "mig mix S=8" and result.best.gpus == 3
+    every = "1g.10gb,1g.20gb,2g.20gb,3g.40gb,4g.40gb,7g.80gb"
+    assert result.best.environment["CASTSLICE_MIG_PROFILES"] == every
+    environment = {
+        "CASTSLICE_BACKEND": "mig",
+        "CASTSLICE_SLICES_PER_GPU": "8",
+        "CASTSLICE_MIG_PROFILES": "1g.10gb,3g.40gb",
+        **result.best.environment,
+    }
+    assert plan(load_config(environment), quarters, named_backend=True).today.gpus == 3
+    # Today's own profiles are counted first (how today's nodes are), beside every way.
+    counted = cut(today, quarters)
+    assert list(counted)[:3] == ["mix of 1g.10gb,3g.40gb", "mix", "all-balanced"]
+    assert counted["mix of 1g.10gb,3g.40gb"].gpus == 6 and counted["all-1g.20gb"].gpus == 3
+
+
+def test_keeping_todays_mig_settings_says_how_the_gpus_are_cut() -> None:
+    from castslice.cli.plan import summary
+
+    result = plan(mig(), pods(7, "1/8"), named_backend=True)
+    assert result.keep
+    lines = summary(result)
+    kept = next(i for i, line in enumerate(lines) if line.startswith("Recommended: keep"))
+    # The line after the recommendation: the layout today's count assumes.
+    assert lines[kept + 1] == (
+        "  with cut the 1 MIG GPU (A100-80GB) as 1 x (1g.10gb x7): a mig-parted config of your "
+        "own where a layout is not all-balanced or all-<profile>, set by nvidia.com/mig.config "
+        "on each node"
+    )
+    (why,) = [line for line in lines if line.startswith("Cutting GPUs (mig)")]
+    assert why == (
+        "Cutting GPUs (mig): mig mix S=8 (CASTSLICE_MIG_GPU_MODELS=A100-80GB "
+        "CASTSLICE_MIG_STACK=mixed CASTSLICE_MIG_FIT=memory CASTSLICE_MIG_WHOLE_GPU=gpu): 1 GPU, "
+        "the fewest of its ways and S; mix needs S=4: 2, S=8: 1, S=10: 2, S=100: 2 GPUs."
+    )

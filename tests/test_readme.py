@@ -255,3 +255,38 @@ def test_the_readme_is_a_front_page() -> None:
     """What CastSlice is, how to start, the annotations, the backends and the links: the
     rest is in docs/."""
     assert len(README.splitlines()) <= 300
+
+
+def test_the_readme_names_every_backend_and_the_mig_layouts_setting() -> None:
+    from castslice.backends import PLACERS as BACKENDS
+
+    most_set = README.split("The ones most installations set:", 1)[1].split("\n\n", 1)[0]
+    listed = re.search(r"`CASTSLICE_BACKEND` \(([^)]*)\)", most_set)
+    assert listed is not None
+    assert set(re.findall(r"`(\w+)`", listed.group(1))) == set(BACKENDS)
+    (row,) = [line for line in README.splitlines() if "| `mig` " in line]
+    for setting in ("CASTSLICE_MIG_GPU_MODELS", "CASTSLICE_MIG_STACK", "CASTSLICE_MIG_PROFILES"):
+        assert setting in row, setting
+
+
+def test_the_chart_values_are_named_as_configuration_md_says() -> None:
+    """camelCase without the prefix; the mig backend's under `mig.`, the metrics' under
+    `metrics.`: every setting of the chart is named so."""
+    from castslice.settings.table import SETTINGS
+
+    def camel(words: str) -> str:
+        first, *rest = words.lower().split("_")
+        return first + "".join(word.capitalize() for word in rest)
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    assert "the `mig` backend's settings sit under `mig.`" in text
+    for entry in SETTINGS:
+        if entry.value is None or not entry.in_environment:
+            continue
+        name = entry.variable.removeprefix("CASTSLICE_")
+        if name.startswith("MIG_"):
+            assert entry.value == "mig." + camel(name.removeprefix("MIG_")), entry.variable
+        elif name.startswith("METRICS"):
+            assert entry.value in ("metrics.enabled", "metrics.port"), entry.variable
+        else:
+            assert entry.value == camel(name), entry.variable

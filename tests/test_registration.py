@@ -13,7 +13,6 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from castslice.cli import main
 from castslice.contract.definitions import POLICY_ANNOTATION
 from castslice.decision.enrolment import decide
 from castslice.environment import load_config
@@ -39,6 +37,7 @@ from castslice.render.webhook_configuration import (
 from castslice.settings.config import Config
 from castslice.settings.rules import Policy
 from tests.conftest import ROOT
+from tests.helpers import run_cli
 from tests.registrations import (
     CEL,
     KINDS,
@@ -415,24 +414,6 @@ def test_an_enrolled_namespace_sends_gpu_pods_of_every_container_kind() -> None:
 
 
 # `castslice webhook` and the shipped file ---------------------------------------------------
-
-
-def run_cli(
-    argv: list[str],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-    environment: Mapping[str, str] | None = None,
-) -> tuple[int, str, str]:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("CASTSLICE_"):
-            monkeypatch.delenv(name)
-    for name, value in (environment or {}).items():
-        monkeypatch.setenv(name, value)
-    status = main(argv)
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def test_the_shipped_file_is_the_output_of_the_command_in_its_header(

@@ -20,20 +20,22 @@ import prometheus_client
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
+from castslice.contract import Manifest
 from castslice.contract.review import decode_review
 from castslice.decision.admission import Admission
 from castslice.environment import load_config
-from castslice.inspect.savings import (
+from castslice.inspect.report import (
     NOT_SCHEDULED_YET,
     Report,
     asked_gpus,
     build_report,
     decision_record,
+    gpu_memory_of,
     to_document,
 )
-from castslice.inspect.savings.exporter import SavingCollector, metric_names
-from castslice.inspect.savings.table import NOT_VISIBLE, WIDTH, render
+from castslice.inspect.report.exporter import SavingCollector, metric_names
+from castslice.inspect.report.table import NOT_VISIBLE, WIDTH, render
 from tests.factories import (
     ROOT,
     container,
@@ -45,7 +47,6 @@ from tests.factories import (
 )
 from tests.procs import free_port, wait_until
 
-Manifest = dict[str, Any]
 GPU = "nvidia.com/gpu"
 
 
@@ -84,13 +85,15 @@ def node(name: str, labels: dict[str, str], allocatable: dict[str, str]) -> Mani
 
 
 def report_for(env: dict[str, str], pods: list[Manifest], nodes: list[Manifest]) -> Report:
-    backend = backend_for(load_config(env))
+    backend = tools_for(load_config(env))
     bound = [pod for pod in pods if pod["spec"].get("nodeName")]
-    return build_report(pods, bound, backend.gpu_view(None, nodes), lambda pod: None, GPU)  # type: ignore[arg-type]
+    view = backend.gpu_view(None, nodes)  # type: ignore[arg-type]
+    return build_report(pods, bound, view, lambda pod: None, GPU, gpu_memory_of(nodes))
 
 
 RESOURCE = {"CASTSLICE_BACKEND": "resource"}
 SHARED = "nvidia.com/gpu-shared"
+SHARED_NVIDIA = "nvidia.com/gpu.shared"
 
 
 def test_four_dev_pods_of_two_namespaces_on_one_gpu_save_three_and_the_plain_pod_is_named() -> None:
@@ -253,7 +256,7 @@ def test_dra_names_the_device_and_share_of_each_claim_and_counts_each_device_onc
             }
         }
     ]
-    backend = backend_for(load_config(DRA))
+    backend = tools_for(load_config(DRA))
 
     report = build_report(
         pods, pods, backend.gpu_view(FakeCluster(claims, slices), []), lambda pod: None, GPU
@@ -440,9 +443,9 @@ def test_mig_instances_are_named_with_their_real_compute_and_memory() -> None:
     [gpu] = report.gpus
     assert (gpu.place.gpus, gpu.place.units, gpu.free) == (1, 8, 3)
     assert gpu.place.unit == (
-        "memory slices of MIG instances (2 × 1g.10gb: 1/7 of the compute, 1/8 of the memory; "
-        "1 × 2g.20gb: 2/7 of the compute, 1/4 of the memory; "
-        "1 × 3g.40gb: 3/7 of the compute, 1/2 of the memory)"
+        "memory slices of MIG instances (2 × 1g.10gb: 9.62 GiB, 14 of 98 SMs; "
+        "1 × 2g.20gb: 19.5 GiB, 28 of 98 SMs; "
+        "1 × 3g.40gb: 39.25 GiB, 42 of 98 SMs)"
     )
     assert {h.pod: str(h.share) for h in gpu.holders} == {"small": "1/8", "half": "1/2"}
     # Two Pods that asked a GPU each, on one GPU cut into instances.
@@ -475,3 +478,73 @@ def test_a_time_shared_gke_partition_is_counted_once_per_client() -> None:
     assert {h.pod: str(h.share) for h in gpu.holders} == {f"tiny-{n}": "1/16" for n in range(3)}
     assert gpu.free == 16 - 3
     assert (report.total.asked, report.total.occupied, report.total.saved) == (3, 1, 2)
+
+
+def test_each_pod_with_gpu_memory_limits_is_told_them_under_its_row() -> None:
+    env = {**NVIDIA, "CASTSLICE_GPU_MEMORY": "143771Mi"}
+    pods = [
+        on_node(rewritten(env, user_pod("a", "vllm", "inference")), "half"),
+        on_node(rewritten(env, user_pod("a", "trainer", "training")), "whole"),
+    ]
+    nodes = [
+        node("half", {"nvidia.com/gpu.replicas": "2"}, {"nvidia.com/gpu.shared": "2"}),
+        node("whole", {"nvidia.com/gpu.replicas": "1"}, {GPU: "1"}),
+    ]
+
+    table = render(report_for(env, pods, nodes), "header").splitlines()
+
+    vllm = next(index for index, line in enumerate(table) if line.startswith("  a/vllm"))
+    assert table[vllm + 1] == (
+        "    memory limited to 71885 MiB by the driver (71885 MiB guaranteed)"
+    )
+    # A whole GPU is the Pod's alone: no limit, nothing said.
+    trainer = next(index for index, line in enumerate(table) if line.startswith("  a/trainer"))
+    assert table[trainer + 1 : trainer + 2] in ([], [""])
+
+
+def test_each_gpu_sums_the_memory_its_pods_request_flags_a_sum_above_it_and_says_who_bursts() -> (
+    None
+):
+    env = {**NVIDIA, "CASTSLICE_GPU_MEMORY": "143771Mi"}
+    bursting = user_pod("a", "burst", "inference")
+    bursting["metadata"]["annotations"]["castops.io/gpu-memory-burst"] = "4"
+    # Not opted in: its own values, far above the GPU, are what the driver would be asked
+    # (the kubelet keeps a name's last entry).
+    own = [
+        {"name": "NVIDIA_GPU_MEMORY_REQUEST", "value": "1"},
+        {"name": "NVIDIA_GPU_MEMORY_REQUEST", "value": "999999"},
+        {"name": "NVIDIA_GPU_MEMORY_LIMIT", "value": "999999"},
+    ]
+    shared = {SHARED_NVIDIA: "1"}
+    by_hand = make_pod(None, [container("app", shared, shared, env=own)], name="by-hand")
+    by_hand["metadata"]["namespace"] = "b"
+    pods = [
+        on_node(rewritten(env, user_pod("a", "vllm", "inference")), "h200"),
+        on_node(rewritten(env, bursting), "h200"),
+        on_node(rewritten(env, user_pod("a", "vllm-2", "inference")), "h200-hand"),
+        on_node(by_hand, "h200-hand"),
+    ]
+    h200 = {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.memory": "143771"}
+    nodes = [
+        node("h200", h200, {SHARED_NVIDIA: "2"}),
+        node("h200-hand", h200, {SHARED_NVIDIA: "2"}),
+    ]
+
+    report = report_for(env, pods, nodes)
+    table = render(report, "header").splitlines()
+
+    shared = table.index(f"node h200: {NOT_VISIBLE}, 1 GPU, 0/2 {SHARED_NVIDIA} free")
+    assert table[shared + 1] == (
+        "  GPU memory: 143770 of 143771 MiB requested; 1 Pod may burst, limits 215656 MiB in all"
+    )
+    hand = table.index(f"node h200-hand: {NOT_VISIBLE}, 1 GPU, 0/2 {SHARED_NVIDIA} free")
+    assert table[hand + 1 : hand + 3] == [
+        "  GPU memory OVER: 1071884 MiB requested, above the 143771 MiB its GPU has (values set by "
+        "hand, or",
+        "    CASTSLICE_GPU_MEMORY above this node's GPUs)",
+    ]
+    gpus = to_document(report, {})["gpus"]
+    assert [(g["node"], g["memoryRequestedMiB"], g["memoryOverRequested"]) for g in gpus] == [
+        ("h200", 143770, False),
+        ("h200-hand", 1071884, True),
+    ]

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 from starlette.testclient import TestClient
 
-from castslice.backends import BACKENDS
+from castslice.backends import PLACERS
 from castslice.environment import load_config
 from castslice.settings.config import ConfigError
 from tests.factories import (
@@ -27,7 +27,7 @@ from tests.factories import (
     opted_in,
     review_response,
 )
-from tests.test_dra import claimed
+from tests.helpers import claimed, pod_of, template_of, workload
 
 SECOND = "castslice-scheduler"
 TYPE = "castops.io/workload-type"
@@ -121,7 +121,7 @@ def test_a_long_foreign_scheduler_name_keeps_the_warning_short(
     assert len(warning) <= 120 and warning.startswith('spec.schedulerName is "sss')
 
 
-@pytest.mark.parametrize("backend", [name for name in BACKENDS if name != "dra"])
+@pytest.mark.parametrize("backend", [name for name in PLACERS if name != "dra"])
 def test_the_setting_is_refused_where_other_schedulers_could_place_on_the_same_gpus(
     backend: str,
 ) -> None:
@@ -167,7 +167,6 @@ def test_a_deployment_whose_pods_name_their_own_scheduler_is_warned_as_they_woul
     make_client: Callable[..., TestClient],
 ) -> None:
     from tests.factories import assert_warned_only, workload_review
-    from tests.test_workloads import pod_of, template_of, workload
 
     client = make_client(**SETTINGS)
     manifest = workload("Deployment", template_annotations=opted_in(**{TYPE: "dev"}))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from castslice import __version__
-from castslice.serve.start import functions_framework_address
+from castslice.environment import load_config
+from castslice.serve.start import announce, functions_framework_address
 from tests.served import TARGETS, environment, functions_framework_command, serving
 
 TOKEN = "Zx8qP2vN5mR7tK1wY4bC6dF9"
@@ -52,8 +53,6 @@ def test_the_server_says_where_it_listens_and_with_what_before_any_review(
         "defaultSlices": 1,
         "maxSliceRatio": 1000,
         "pathToken": "set",
-        "draDeviceClass": "gpu.nvidia.com",
-        "draCapacity": "shares",
     }
     assert warned == {
         "severity": "WARNING",
@@ -64,6 +63,71 @@ def test_the_server_says_where_it_listens_and_with_what_before_any_review(
         ],
     }
     assert TOKEN not in served.request_log.read_text()
+
+
+def test_the_mig_settings_are_said_and_those_that_do_nothing_named(tmp_path: Path) -> None:
+    settings = environment(
+        CASTSLICE_BACKEND="mig",
+        CASTSLICE_MIG_GPU_MODELS="H200",
+        CASTSLICE_MIG_PRODUCT_NAMES="H200=NVIDIA H200 NVL",
+        CASTSLICE_MIG_TIME_SHARED_CLIENTS="4",
+        CASTSLICE_DRA_CAPACITY="shares",
+    )
+    with serving("castslice", functions_framework_command, tmp_path, settings) as served:
+        started, *warnings = first_lines(served.request_log)
+    mig = {key: value for key, value in started.items() if key.startswith(("mig", "dra"))}
+    assert mig == {
+        "migGpuModels": ["H200"],
+        "migStack": "mixed",
+        "migFit": "memory",
+        "migWholeGpu": "gpu",
+        "migProductNames": {"H200": ["NVIDIA H200 NVL"]},
+    }
+    assert warnings == [
+        {
+            "severity": "WARNING",
+            "message": "settings that do nothing with CASTSLICE_BACKEND=mig, ignored: "
+            "CASTSLICE_DRA_CAPACITY (the dra backend's); "
+            "CASTSLICE_MIG_TIME_SHARED_CLIENTS (only with CASTSLICE_MIG_STACK=gke)",
+            "idleSettings": [
+                {"name": "CASTSLICE_DRA_CAPACITY", "why": "the dra backend's"},
+                {
+                    "name": "CASTSLICE_MIG_TIME_SHARED_CLIENTS",
+                    "why": "only with CASTSLICE_MIG_STACK=gke",
+                },
+            ],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        (
+            {"CASTSLICE_MIG_GPU_MODELS": "H200"},
+            "settings that do nothing with CASTSLICE_BACKEND=resource, ignored: "
+            "CASTSLICE_MIG_GPU_MODELS (the mig backend's)",
+        ),
+        (
+            {
+                "CASTSLICE_BACKEND": "mig",
+                "CASTSLICE_MIG_STACK": "mixed",
+                "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4",
+            },
+            "settings that do nothing with CASTSLICE_BACKEND=mig, ignored: "
+            "CASTSLICE_MIG_TIME_SHARED_CLIENTS (only with CASTSLICE_MIG_STACK=gke)",
+        ),
+    ],
+    ids=["mig models on resource", "time-shared clients on mixed"],
+)
+def test_a_setting_that_does_nothing_is_named_at_start(
+    settings: dict[str, str], warned: str, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The start lines as the server writes them (`announce`, the call serving makes)."""
+    environ = {"CASTSLICE_PATH_TOKEN": TOKEN, **settings}
+    announce(load_config(environ), environ, ["http://127.0.0.1:8080"])
+    lines = [json.loads(line) for line in capsysbinary.readouterr().out.splitlines()]
+    assert [line["message"] for line in lines[1:]] == [warned]
 
 
 def test_settings_alone_give_one_line(tmp_path: Path) -> None:

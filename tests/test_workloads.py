@@ -6,10 +6,8 @@ with the very messages the Pods themselves get from the same decision.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -32,68 +30,11 @@ from tests.factories import (
     review_response,
     workload_review,
 )
+from tests.helpers import WORKLOAD_KINDS, pod_of, template_of, workload
 
 OPTIMIZE = "castops.io/optimize"
 RATIO = "castops.io/slice-ratio"
 TYPE = "castops.io/workload-type"
-
-# kind -> (apiVersion, where its Pod template sits)
-KINDS = {
-    "Deployment": ("apps/v1", "spec.template"),
-    "StatefulSet": ("apps/v1", "spec.template"),
-    "DaemonSet": ("apps/v1", "spec.template"),
-    "ReplicaSet": ("apps/v1", "spec.template"),
-    "Job": ("batch/v1", "spec.template"),
-    "CronJob": ("batch/v1", "spec.jobTemplate.spec.template"),
-}
-
-
-def workload(
-    kind: str,
-    template_annotations: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    containers: list[dict] | None = None,
-    node_selector: dict[str, str] | None = None,
-    name: str = "vllm",
-) -> dict:
-    """A workload as users write it, its Pod template built from the arguments."""
-    template: dict[str, Any] = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {"containers": containers if containers is not None else [gpu_container()]},
-    }
-    if template_annotations is not None:
-        template["metadata"]["annotations"] = template_annotations
-    if node_selector is not None:
-        template["spec"]["nodeSelector"] = node_selector
-    api_version, _ = KINDS[kind]
-    metadata: dict[str, Any] = {"name": name, "namespace": "ml"}
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    if kind == "CronJob":
-        template["spec"]["restartPolicy"] = "OnFailure"
-        spec: dict[str, Any] = {
-            "schedule": "0 3 * * *",
-            "jobTemplate": {"spec": {"template": template}},
-        }
-    elif kind == "Job":
-        template["spec"]["restartPolicy"] = "Never"
-        spec = {"backoffLimit": 2, "template": template}
-    else:
-        spec = {"selector": {"matchLabels": {"app": name}}, "template": template}
-        if kind != "DaemonSet":
-            spec["replicas"] = 2
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
-
-
-def template_of(manifest: dict) -> dict:
-    spec = manifest["spec"]
-    return spec["jobTemplate"]["spec"]["template"] if "jobTemplate" in spec else spec["template"]
-
-
-def pod_of(manifest: dict) -> dict:
-    """The Pod the workload's controller would create from its template."""
-    template = copy.deepcopy(template_of(manifest))
-    return {"apiVersion": "v1", "kind": "Pod", **template}
 
 
 @pytest.fixture
@@ -101,7 +42,7 @@ def gke(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client(CASTSLICE_BACKEND="gke")
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(WORKLOAD_KINDS))
 def test_annotations_on_the_workload_itself_are_named_with_where_they_belong(
     client: TestClient, kind: str
 ) -> None:
@@ -109,14 +50,14 @@ def test_annotations_on_the_workload_itself_are_named_with_where_they_belong(
 
     warnings = assert_warned_only(review_response(client, workload_review(manifest)))
 
-    destination = KINDS[kind][1] + ".metadata.annotations"
+    destination = WORKLOAD_KINDS[kind][1] + ".metadata.annotations"
     assert warnings == [
         f"{OPTIMIZE} on the {kind} is ignored; move it to {destination}",
         f"{TYPE} on the {kind} is ignored; move it to {destination}",
     ]
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(WORKLOAD_KINDS))
 def test_a_correct_workload_gets_no_warning_and_no_patch(client: TestClient, kind: str) -> None:
     manifest = workload(kind, template_annotations=opted_in(**{TYPE: "inference"}))
 
@@ -382,6 +323,8 @@ def test_decoding_reads_a_workload_down_to_its_template_and_no_further() -> None
                                         "requests": {GPU: "1", "cpu": "1"},
                                         "limits": {GPU: "1"},
                                     },
+                                    # The names only: a value is never decoded.
+                                    "env": [{"name": "TOKEN"}],
                                 }
                             ]
                         },

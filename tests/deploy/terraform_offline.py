@@ -70,7 +70,8 @@ def run(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def all_locals() -> str:
     """Every `locals` block of infra/*.tf, resource attributes replaced by their stand-ins."""
     found: list[str] = []
-    for path in sorted(INFRA.glob("*.tf")):
+    # The MIG profile table is copied whole beside variables.tf (module).
+    for path in sorted(set(INFRA.glob("*.tf")) - {INFRA / "mig-profiles.tf"}):
         found += re.findall(r"^locals \{\n.*?^\}\n", path.read_text(), flags=re.M | re.S)
     text = "\n".join(found)
     for reference, stand_in in STAND_INS.items():
@@ -81,8 +82,10 @@ def all_locals() -> str:
 
 
 def module(directory: Path, *extra: str) -> Path:
-    """A provider-free module: infra/variables.tf, the shared webhook file, and `extra`."""
+    """A provider-free module: infra/variables.tf with the MIG profile table its validations
+    read, the shared webhook file, and `extra`."""
     shutil.copy(INFRA / "variables.tf", directory)
+    shutil.copy(INFRA / "mig-profiles.tf", directory)
     shutil.copytree(INFRA / "webhook", directory / "webhook")
     for number, text in enumerate(extra):
         (directory / f"extra_{number}.tf").write_text(text)

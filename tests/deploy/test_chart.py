@@ -27,8 +27,8 @@ import yaml
 
 import castslice.serve.tls
 from castslice import __version__
-from castslice.backends import BACKENDS as ALL_BACKENDS
-from castslice.backends import extender_backends
+from castslice.backends import PLACERS as ALL_BACKENDS
+from castslice.backends.tools import extender_backends
 from castslice.cli import extender as extender_command
 from castslice.cli.flags import add_settings, config_from
 from castslice.environment import load_config
@@ -951,6 +951,8 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         "draDeviceClass": "gpu.example.com",
         "draCapacity": "example.com/slices",
         "draGpuMemory": "24576Mi",
+        "gpuMemory": "143771Mi",
+        "gpuMemoryEnforcedOnly": False,
         "metrics": {"enabled": True, "port": 9191},
         "mig": {
             "gpuModels": ["H200", "A100-80GB"],
@@ -959,6 +961,7 @@ def test_every_setting_other_than_its_default_reaches_the_application(
             "fit": "strict",
             "wholeGpu": "7g",
             "timeSharedClients": 4,
+            "productNames": {"H200": ["NVIDIA H200 NVL", "NVIDIA H200 SXM"]},
         },
     }
     objects = template(helm, tmp_path, values)
@@ -982,12 +985,15 @@ def test_every_setting_other_than_its_default_reaches_the_application(
         dra_device_class="gpu.example.com",
         dra_capacity="example.com/slices",
         dra_gpu_memory=24576 * 2**20,
+        gpu_memory=143771 * 2**20,
+        gpu_memory_enforced_only=False,
         mig_gpu_models=("H200", "A100-80GB"),
         mig_profiles=("1g.18gb", "3g.40gb"),
         mig_stack="single",
         mig_fit="strict",
         mig_whole_gpu="7g",
         mig_time_shared_clients=4,
+        mig_product_names={"H200": ("NVIDIA H200 NVL", "NVIDIA H200 SXM")},
     )
     default = Config()
     # schedulerName is refused with nvidia: the second scheduler's own test carries it.

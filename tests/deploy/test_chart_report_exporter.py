@@ -26,11 +26,10 @@ from tests.helm import (
     template,
     template_error,
 )
+from tests.helpers import REPORT, arguments_of
 
 from .conftest import ci_or_skip
-from .test_dockerfile import REPORT, arguments_of
-from .test_manifests import assert_restricted
-from .variants import ROOT, built_in, container_environment
+from .variants import ROOT, assert_restricted, built_in, container_environment
 
 NAME = "castslice-report"
 ON = {"reportExporter": {"enabled": True}}

@@ -99,7 +99,9 @@ def environment_of(values: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(value, dict):
             # Go templates range over a map in the order of its keys.
             value = dict(sorted(value.items()))
-        if value is not None and not (entry.kind is Kind.PATH_TOKEN and value == ""):
+        # The chart writes no variable for an empty path token or map of names.
+        empty = value == {"PATH_TOKEN": "", "PRODUCT_NAMES": {}}.get(entry.kind.name)
+        if value is not None and not empty:
             environment[entry.variable] = environment_text(value)
     return environment
 
@@ -138,6 +140,19 @@ def bounds_of(entry: Setting) -> list[tuple[str, object]]:
         names = list(choices(entry))
         lists = [names[:1], names, names[-1:], [names[0], names[0]], ["nope"], []]
         return [(_label(json.dumps(chosen)), chosen) for chosen in lists]
+    if kind is Kind.PRODUCT_NAMES:
+        named = [
+            {"H200": ["NVIDIA H200 NVL"]},
+            {"H200": ["NVIDIA H200 NVL", "NVIDIA-H200-NVL"], "H100-80GB": ["NVIDIA H100 PCIe"]},
+            {"H200": ["NVIDIA H200 NVL"], "H100-NVL": ["NVIDIA H200 NVL"]},
+            {"h200": ["NVIDIA H200 NVL"]},
+            {"H200": []},
+            {"H200": ["a,b"]},
+            {"H200": ["  "]},
+            {"H200": ["x", "x"]},
+            {},
+        ]
+        return [(_label(json.dumps(n)), n) for n in named]
     if kind is Kind.PATH_TOKEN:
         return [(f"{n} characters", "t" * n) for n in (15, 16, 200)] + [("slash", "a/" * 10)]
     if kind is Kind.BOOLEAN:
@@ -187,6 +202,13 @@ def cases() -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{name} at maxSliceRatio", {name: 8, "maxSliceRatio": 8, **_presets_at(8)}
     yield "maxSliceRatio below a default preset", {"maxSliceRatio": 3, "slicesPerGpu": 2}
     yield "presets at maxSliceRatio", {"maxSliceRatio": 4}
+    # The profiles offered belong to the models listed: H200 nodes offer no 1g.10gb.
+    h200 = {"gpuModels": ["H200"], "profiles": ["1g.10gb", "3g.40gb"]}
+    yield "mig.profiles of no model in mig.gpuModels", {"mig": h200}
+    yield (
+        "mig.profiles of one of mig.gpuModels each",
+        {"mig": {"gpuModels": ["H200", "A100-80GB"], "profiles": ["1g.10gb", "1g.18gb"]}},
+    )
     yield "the issue's six at once", {"slicesPerGpu": 2000}
     yield "sharedResource equal to gpuResource", {"sharedResource": "nvidia.com/gpu"}
     yield (
@@ -331,3 +353,13 @@ def test_the_generator_notices_a_stale_file(tmp_path: Path) -> None:
     schema.write_text(schema.read_text().replace('"maximum": 1000000', '"maximum": 2000000'))
     stale = [p for p, (now, new) in generated.generated_files(tmp_path).items() if now != new]
     assert stale == [generated.SCHEMA]
+
+
+def test_the_schema_names_the_rule_a_value_breaks(chart_verdicts: dict[str, Any]) -> None:
+    """A value the schema refuses is answered with the rule, as the application names the
+    range, never with "'anyOf' failed" alone."""
+    refusals = [outcome for outcome in chart_verdicts.values() if isinstance(outcome, str)]
+    assert refusals
+    assert not [refusal for refusal in refusals if "'anyOf' failed" in refusal]
+    bound = chart_verdicts["mig.timeSharedClients=49"]
+    assert "at '/mig/timeSharedClients': maximum: got 49, want 48" in bound

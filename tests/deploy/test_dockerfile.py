@@ -6,7 +6,6 @@ import ast
 import fnmatch
 import json
 import os
-import re
 import shutil
 import sys
 import urllib.request
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import DOCKERFILE, REPORT, STAGES, arguments_of
 from tests.procs import free_port, serving
 from tests.served import IMAGE_TARGET
 
@@ -22,44 +22,6 @@ from .variants import ROOT
 # How the function is started in production and by the end-to-end suite
 # (which adds --host and --port).
 START_COMMAND = ["functions-framework", "--target=mutate_asgi", "--source=main.py"]
-
-
-def instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", dockerfile.read_text())
-    pairs = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, arguments = line.partition(" ")
-            pairs.append((keyword.upper(), arguments.strip()))
-    return pairs
-
-
-ALL_INSTRUCTIONS = instructions(ROOT / "Dockerfile")
-
-
-def stages() -> dict[str, list[tuple[str, str]]]:
-    """Each stage by name, with the instructions of the stages it is built FROM first."""
-    built: dict[str, list[tuple[str, str]]] = {}
-    name = ""
-    for instruction, arguments in ALL_INSTRUCTIONS:
-        if instruction == "FROM":
-            parent, _, name = arguments.partition(" AS ")
-            built[name] = [*built.get(parent, [(instruction, parent)])]
-        else:
-            built[name].append((instruction, arguments))
-    return built
-
-
-STAGES = stages()
-# `docker build .` builds the last stage: the webhook, as Cloud Run and the chart run it.
-DOCKERFILE = STAGES[list(STAGES)[-1]]
-REPORT = STAGES["report"]
-
-
-def arguments_of(keyword: str, stage: list[tuple[str, str]] = DOCKERFILE) -> list[str]:
-    return [arguments for instruction, arguments in stage if instruction == keyword]
 
 
 def test_the_base_is_python_3_11_slim_and_the_default_target_the_webhook() -> None:

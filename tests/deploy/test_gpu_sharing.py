@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
 from castslice.environment import load_config
 from castslice.settings.config import SHARING_STRATEGIES
 
@@ -117,7 +117,7 @@ def test_the_nvidia_backend_sends_each_share_to_the_node_an_entry_makes(strategy
             "CASTSLICE_SHARING_STRATEGY": strategy,
         }
     )
-    backend = backend_for(config)
+    backend = tools_for(config)
     for degree in degrees:
         # The share that fills one client of a GPU shared `degree` ways.
         placement = backend.place(config.slices_per_gpu // degree)
@@ -140,7 +140,7 @@ def test_resource_entries_advertise_the_shared_resource_at_the_preset_scale() ->
     assert flags == {"plugin": {"sharedDevicesAllocationPolicy": "packed"}}
     # The stock plugin's shared name, as the README tells the user to configure it.
     config = load_config({"CASTSLICE_SHARED_RESOURCE": SHARED})
-    backend = backend_for(config)
+    backend = tools_for(config)
     assert config.backend == "resource"
     for preset, slices in config.presets.items():
         placement = backend.place(slices)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from castslice.inspect.savings.exporter import metric_names
+from castslice.inspect.report.exporter import metric_names
 from castslice.serve import metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "castslice-dashboard.json"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
 from castslice.environment import load_config
 
 from .terraform_offline import Locals, module, plan, refusal, variable_args
@@ -181,7 +181,7 @@ def test_every_pod_the_gke_backend_places_has_a_pool(
         }
         for pool in evaluated["gke_gpu_node_pools"].values()
     ]
-    backend = backend_for(load_config(evaluated["container_env"]))
+    backend = tools_for(load_config(evaluated["container_env"]))
     for slices in range(1, 2 * int(slices_per_gpu) + 1):
         selector = dict(backend.place(slices).node_selector)
         assert selector in offered, (slices, selector, offered)
@@ -206,6 +206,7 @@ def test_mig_partition_pools_replace_the_sharing_pools_and_set_the_profiles(
     }
     env = evaluated["container_env"]
     assert env["CASTSLICE_MIG_STACK"] == "gke"
+    assert env["CASTSLICE_MIG_GPU_MODELS"] == "A100-80GB"
     assert env["CASTSLICE_MIG_PROFILES"] == "1g.10gb,3g.40gb,7g.80gb"
     # Every Pod the mig backend places, at S = 4 and 8, has a pool that serves it: GKE labels
     # a partition pool's nodes with its size, and none of the whole pool's.
@@ -214,7 +215,7 @@ def test_mig_partition_pools_replace_the_sharing_pools_and_set_the_profiles(
         for pool in evaluated["gke_gpu_node_pools"].values()
     ]
     for per_gpu in ("4", "8"):
-        backend = backend_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
+        backend = tools_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
         for slices in range(1, 2 * int(per_gpu) + 1):
             placement = backend.place(slices)
             assert any(backend.serves(labels, placement) for labels in offered), (slices, placement)
@@ -227,7 +228,10 @@ def test_mig_partition_pools_replace_the_sharing_pools_and_set_the_profiles(
 def test_the_longest_partition_pool_name_fits_gke(pools: Locals) -> None:
     prefix = "p" + "-long" * 6 + "x"
     settings = pools_variable(
-        name_prefix=f'"{prefix}"', mig_partition_sizes='["7g.141gb"]', mig_time_shared_clients="48"
+        name_prefix=f'"{prefix}"',
+        mig_partition_sizes='["7g.141gb"]',
+        mig_time_shared_clients="48",
+        mig_gpu_model='"H200"',
     )
     evaluated = pools.evaluate(*variable_args(**MIG, gke_gpu_node_pools=settings))
     assert len(evaluated["gke_gpu_node_pools"]) == 3
@@ -236,7 +240,7 @@ def test_the_longest_partition_pool_name_fits_gke(pools: Locals) -> None:
 
 
 @pytest.mark.terraform
-@pytest.mark.parametrize("per_gpu", ["8", "16"])
+@pytest.mark.parametrize("per_gpu", ["8", "32"])
 def test_a_time_shared_pool_of_the_smallest_partition_serves_the_pods_smaller_than_it(
     pools: Locals, per_gpu: str
 ) -> None:
@@ -266,7 +270,7 @@ def test_a_time_shared_pool_of_the_smallest_partition_serves_the_pods_smaller_th
             labels[STRATEGY_LABEL] = GKE_LABEL_VALUE[pool["sharing_strategy"]]
             labels[CLIENTS_LABEL] = str(pool["max_shared_clients_per_gpu"])
         offered.append(labels)
-    backend = backend_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
+    backend = tools_for(load_config({**env, "CASTSLICE_SLICES_PER_GPU": per_gpu}))
     shared = 0
     for slices in range(1, 2 * int(per_gpu) + 1):
         placement = backend.place(slices)
@@ -274,8 +278,8 @@ def test_a_time_shared_pool_of_the_smallest_partition_serves_the_pods_smaller_th
         # Exactly one pool: a dedicated partition never lands on the time-shared pool.
         assert len(serving) == 1, (slices, placement, serving)
         shared += CLIENTS_LABEL in serving[0]
-    # At S = 16, 1/16 is smaller than 1g.10gb (1/8): one slice count shares; at S = 8 none.
-    assert shared == (1 if per_gpu == "16" else 0)
+    # At S = 32, a quarter of 1g.10gb (1/8) holds 1/32: one slice count shares; at S = 8 none.
+    assert shared == (1 if per_gpu == "32" else 0)
 
 
 @pytest.mark.terraform
@@ -317,7 +321,26 @@ def test_a_time_shared_pool_of_the_smallest_partition_serves_the_pods_smaller_th
         ),
         (
             {**MIG, "gke_gpu_node_pools": pools_variable(mig_partition_sizes='["1g.10GB"]')},
-            "mig_partition_sizes must be MIG profiles",
+            "mig_partition_sizes must be MIG profiles of mig_gpu_model",
+        ),
+        # The application would refuse CASTSLICE_MIG_PROFILES=1g.10gb with an H200.
+        (
+            {
+                **MIG,
+                "gke_gpu_node_pools": pools_variable(
+                    mig_partition_sizes='["1g.10gb"]', mig_gpu_model='"H200"'
+                ),
+            },
+            "mig_partition_sizes must be MIG profiles of mig_gpu_model",
+        ),
+        (
+            {
+                **MIG,
+                "gke_gpu_node_pools": pools_variable(
+                    mig_partition_sizes='["1g.18gb"]', mig_gpu_model='"h200"'
+                ),
+            },
+            "mig_gpu_model must be one of: A100-40GB",
         ),
         (
             {

@@ -5,11 +5,9 @@ connection without a restart."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import http.client
 import json
 import os
-import shutil
 import socket
 import ssl
 import sys
@@ -22,73 +20,14 @@ from pathlib import Path
 
 import gunicorn.config
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 import castslice.serve.tls
+from tests.helpers import HOST, client_context, image_app, new_pair
 from tests.procs import free_port, serving
 from tests.secret_volume import SecretVolume
 from tests.served import environment as served_environment
 from tests.served import serving as served_by
 from tests.served import tls_command
-
-from .variants import ROOT
-
-HOST = "castslice.castslice.svc"
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A self-signed certificate and its key, PEM encoded."""
-
-    cert: bytes
-    key: bytes
-
-    @property
-    def der(self) -> bytes:
-        return x509.load_pem_x509_certificate(self.cert).public_bytes(serialization.Encoding.DER)
-
-
-def new_pair(serial: int) -> Pair:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return Pair(
-        cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
-
-
-def client_context(version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
-    """A client that accepts any certificate (the test reads it) and, if given, one version."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    if version is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1, on purpose
-            context.minimum_version = context.maximum_version = version
-        if version < ssl.TLSVersion.TLSv1_2:
-            # Let this client offer old protocols at all (OpenSSL 3 refuses by default).
-            context.set_ciphers("DEFAULT:@SECLEVEL=0")
-    return context
 
 
 def handshake(port: int, context: ssl.SSLContext) -> tuple[bytes, str]:
@@ -104,17 +43,6 @@ def handshake(port: int, context: ssl.SSLContext) -> tuple[bytes, str]:
 class Server:
     port: int
     volume: SecretVolume
-
-
-def image_app(directory: Path) -> Path:
-    """What the image holds in /app (the Dockerfile copies main.py and castslice/)."""
-    app = directory / "app"
-    app.mkdir()
-    shutil.copy(ROOT / "main.py", app)
-    shutil.copytree(
-        ROOT / "castslice", app / "castslice", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    return app
 
 
 @pytest.fixture(scope="module")

@@ -56,12 +56,15 @@ SETTINGS = {
     "CASTSLICE_DRA_DEVICE_CLASS": "gpu.example.com",
     "CASTSLICE_DRA_CAPACITY": "example.com/slices",
     "CASTSLICE_DRA_GPU_MEMORY": "80Gi",
+    "CASTSLICE_GPU_MEMORY": "143771Mi",
+    "CASTSLICE_GPU_MEMORY_ENFORCED_ONLY": "false",
     "CASTSLICE_MIG_GPU_MODELS": "H100-80GB,B200",
     "CASTSLICE_MIG_PROFILES": "1g.10gb,1g.23gb",
     "CASTSLICE_MIG_STACK": "single",
     "CASTSLICE_MIG_FIT": "strict",
     "CASTSLICE_MIG_WHOLE_GPU": "7g",
     "CASTSLICE_MIG_TIME_SHARED_CLIENTS": "4",
+    "CASTSLICE_MIG_PRODUCT_NAMES": "H100-80GB=NVIDIA H100 PCIe",
 }
 # The path token is for the public URL only; metrics for the chart only.
 VARIANT_SETTINGS = {

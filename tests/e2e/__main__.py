@@ -18,6 +18,10 @@ import sys
 import threading
 from types import FrameType
 
+from castslice.backends.mig.profiles import MODELS
+from castslice.environment import load_config
+
+from ..mig_nodes import NVML_NAMES, gpu_node_side
 from ..procs import HarnessError
 from . import tools
 from .castslice_server import CastSliceServer
@@ -29,13 +33,18 @@ from .nodes import (
     GKE_STRATEGY,
     NVIDIA_REPLICAS,
     NVIDIA_STRATEGY,
+    Manifest,
     create_nodes,
+    create_shaped_nodes,
+    shaped_node,
     standard_pools,
 )
 from .registration import register_and_wait
 
-# The backends `up` can start nodes for: the device-plugin ones, and DRA devices (dra.py).
-_UP_BACKENDS = (*BACKENDS, "dra")
+# The backends `up` can start nodes for: the device-plugin ones, DRA devices (dra.py), and
+# MIG nodes of the device plugin's mixed and single strategies (tests/mig_nodes.py).
+_UP_BACKENDS = (*BACKENDS, "dra", "mig")
+_MIG_STACKS = ("mixed", "single")
 
 _EXAMPLE = """\
 kubectl get nodes -L {columns}
@@ -71,6 +80,7 @@ _COLUMNS = {
     "nvidia": f"{NVIDIA_REPLICAS},{NVIDIA_STRATEGY}",
     "gke": f"{GKE_STRATEGY},{GKE_CLIENTS}",
     "dra": "type",
+    "mig": "nvidia.com/gpu.product,nvidia.com/mig.config",
 }
 # On `dra` the scheduler's reason is its DynamicResources plugin's, not Insufficient.
 _DRA_EXAMPLE = """\
@@ -115,6 +125,10 @@ def _up() -> int:
             names = create_dra_nodes(api, [1])
             ensure_taint_rule(api)
             _apply_claim_templates(plane.kubeconfig, settings)
+        elif backend == "mig":
+            manifests = mig_nodes(settings)
+            create_shaped_nodes(api, manifests)
+            names = [manifest["metadata"]["name"] for manifest in manifests]
         else:
             names = [node.name for node in create_nodes(api, backend, standard_pools(backend))]
         print(
@@ -134,6 +148,32 @@ def _up() -> int:
         except KeyboardInterrupt:
             print("\nstopping…", flush=True)
     return 0
+
+
+def mig_nodes(settings: dict[str, str]) -> list[Manifest]:
+    """One node of one GPU per profile the settings offer, of the first model they name,
+    cut as mig-parted's `all-<profile>`, and one without MIG: every Pod has a node."""
+    config = load_config(settings)
+    if config.mig_stack not in _MIG_STACKS:
+        raise HarnessError(
+            f"CASTSLICE_MIG_STACK={config.mig_stack}: `up` makes MIG nodes for the "
+            f"{' and '.join(_MIG_STACKS)} stacks"
+        )
+    model = config.mig_gpu_models[0]
+    if model not in NVML_NAMES:
+        raise HarnessError(
+            f"CASTSLICE_MIG_GPU_MODELS={model}: `up` makes MIG nodes of {', '.join(NVML_NAMES)}"
+        )
+    offered = [
+        p.name
+        for p in MODELS[model].profiles
+        if config.mig_profiles is None or p.name in config.mig_profiles
+    ]
+    manifests = []
+    for layout in [*(f"all-{name}" for name in offered), "all-disabled"]:
+        name = f"mig-{model.lower()}-{layout.removeprefix('all-').replace('.', '')}"
+        manifests.append(shaped_node(name, *gpu_node_side(config.mig_stack, model, layout)))
+    return manifests
 
 
 def _apply_claim_templates(kubeconfig: object, settings: dict[str, str]) -> None:

@@ -17,16 +17,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import kubernetes.client
 import yaml
 
+from castslice.contract import Manifest
+
 from ..procs import wait_until
 from .nodes import Pool, clear_unscheduled_pods, create_nodes, delete_nodes
 from .tools import REPO_ROOT
-
-Manifest = dict[str, Any]
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = DRIVER

@@ -12,14 +12,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import kubernetes.client
 
+from castslice.contract import Manifest
+
 from ..procs import HarnessError, wait_until
 from .cluster import KWOK_NODE_LABEL
-
-Manifest = dict[str, Any]
 
 BACKENDS = ("resource", "nvidia", "gke")
 GPU = "nvidia.com/gpu"

@@ -45,6 +45,20 @@ from ..manifests import (
 from ..procs import HarnessError, wait_until
 
 
+def gpu_pod(name: str, annotations: dict[str, str] | None, gpus: int = 1) -> Manifest:
+    """A Pod of one container that limits `gpus` whole GPUs and asks nothing else."""
+    metadata: Manifest = {"name": name}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: gpus}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [container]},
+    }
+
+
 def create_pod(
     api: kubernetes.client.ApiClient, namespace: str, manifest: Manifest, *, dry_run: bool = False
 ) -> tuple[Manifest, list[str]]:
@@ -155,16 +169,18 @@ def settle(
     *,
     runs: int,
     waits: int,
-    no_room: str = "Insufficient",
+    no_room: str | tuple[str, ...] = "Insufficient",
     timeout: float = 30.0,
 ) -> tuple[list[Manifest], list[Manifest]]:
     """The Pods once each of `runs + waits` runs or was refused for lack of room (the
-    scheduler's message says `no_room`), split so; fails, naming where each Pod went,
-    unless there are `runs` and `waits`."""
+    scheduler's message says `no_room`, or one of them), split so; fails, naming where
+    each Pod went, unless there are `runs` and `waits`."""
+    phrases = (no_room,) if isinstance(no_room, str) else no_room
 
     def refused(pod: Manifest) -> bool:
         # Only for lack of room: a node the scheduler has not seen Ready yet is retried.
-        return no_room in (unschedulable(pod) or "")
+        message = unschedulable(pod) or ""
+        return any(phrase in message for phrase in phrases)
 
     def decided() -> list[Manifest] | None:
         pods = list_pods(api, namespace, "")

@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 import yaml
 
-from castslice.inspect.savings.exporter import CLUSTER_PREFIX, UP, metric_names
+from castslice.inspect.report.exporter import CLUSTER_PREFIX, UP, metric_names
 from tests.helm import (
     CHART,
     GoModuleUnavailable,
@@ -37,9 +37,9 @@ from tests.helm import (
 
 from ..procs import free_port
 from .conftest import missing
+from .exporter import run_exporter
 from .kubectl import Kubectl
 from .nodes import Pool, create_nodes, delete_nodes
-from .test_report import run_exporter
 from .tools import MissingTool
 
 RELEASE = "gpu-share"
@@ -357,7 +357,7 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
     release_namespace: str,
     tmp_path: Path,
 ) -> None:
-    from castslice.backends import backend_for
+    from castslice.backends.tools import tools_for
     from castslice.environment import load_config
 
     run = uuid.uuid4().hex[:6]
@@ -383,7 +383,7 @@ def test_on_dra_every_slice_count_a_pod_can_get_finds_its_template(
         )  # fmt: skip
 
         config = load_config(env)
-        backend = backend_for(config)
+        backend = tools_for(config)
         # Every count the default, the presets, the policy and a share of one GPU give, as
         # the webhook names its template.
         counts = {config.default_slices, *config.presets.values(), 7, *range(1, 4)}

@@ -21,12 +21,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import kubernetes.client
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from castslice.contract import Manifest
 
 from ..procs import free_port, wait_until
 from .castslice_server import CastSliceServer, StartServer
@@ -42,8 +43,6 @@ from .registration import (
     register_and_wait,
 )
 from .tools import REPO_ROOT
-
-Manifest = dict[str, Any]
 
 CHECKS = (
     "registration",

@@ -21,17 +21,18 @@ import kubernetes.client
 import pytest
 import yaml
 
+from castslice.contract import Manifest
+
 from ..procs import wait_until
 from .castslice_server import StartServer
 from .dra import DRIVER, delete_taint_rule, dra_nodes, ensure_taint_rule
 from .kubectl import Kubectl
-from .pods import GPU, IMAGE, create_namespace, list_pods, settle, unschedulable
+from .pods import GPU, IMAGE, create_namespace, gpu_pod, list_pods, settle, unschedulable
 from .registration import APPLIED, register_and_wait
 from .tools import REPO_ROOT, run_castslice
 
 pytestmark = pytest.mark.kubernetes("1.36")
 
-Manifest = dict[str, Any]
 
 SETTINGS = {"CASTSLICE_BACKEND": "dra"}
 _SETTLE_TIMEOUT = 60.0
@@ -55,19 +56,6 @@ def apply_templates(kubectl: Kubectl, namespace: str, slices: str = "1,2,3,4,8")
     kubectl.run(
         "apply", "-f", "-", stdin=castslice("claim-templates", "-n", namespace, "--slices", slices)
     )
-
-
-def gpu_pod(name: str, annotations: dict[str, str] | None, gpus: int = 1) -> Manifest:
-    metadata: Manifest = {"name": name}
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: gpus}}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": [container]},
-    }
 
 
 def opted(workload_type: str | None = None, ratio: str | None = None) -> dict[str, str]:

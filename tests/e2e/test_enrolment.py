@@ -12,10 +12,10 @@ import json
 import os
 import random
 import uuid
-from typing import Any
 
 import kubernetes.client
 
+from castslice.contract import Manifest
 from castslice.contract.patch import gpu_containers
 from castslice.decision.enrolment import decide
 from castslice.settings.rules import Policy
@@ -36,7 +36,6 @@ from .pods import (
 )
 from .registration import APPLIED, config_of, register_and_wait
 
-Manifest = dict[str, Any]
 UNMUTATED = {"app": {"requests": {"cpu": "100m", GPU: "1"}, "limits": {GPU: "1"}}}
 
 

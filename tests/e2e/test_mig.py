@@ -13,97 +13,36 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import kubernetes.client
 import pytest
-import yaml
 
-from ..mig_nodes import gpu_node_side, mig_devices, resource_slice
-from .castslice_server import StartServer
-from .dra import delete_taint_rule, ensure_device_class
+from ..mig_nodes import mig_devices, resource_slice
 from .kubectl import Kubectl
+from .mig_cluster import (
+    MIXED,
+    NO_NODE,
+    SHARES,
+    SINGLE,
+    TIMEOUT,
+    Manifest,
+    allocations,
+    apply,
+    mig_nodes,
+    placed,
+    pod,
+    serve_mig_dra,
+    start,
+)
 from .nodes import clear_unscheduled_pods, create_shaped_nodes, delete_nodes, shaped_node
-from .pods import GPU, IMAGE, settle
-from .registration import APPLIED, register_and_wait
-from .tools import REPO_ROOT, run_castslice
+from .pods import GPU, settle
+from .registration import APPLIED
+from .tools import run_castslice
 
-Manifest = dict[str, Any]
-
-MIXED = {
-    "CASTSLICE_BACKEND": "mig",
-    "CASTSLICE_SLICES_PER_GPU": "8",
-    "CASTSLICE_MIG_GPU_MODELS": "A100-80GB,H100-80GB",
-}
-SINGLE = {**MIXED, "CASTSLICE_MIG_STACK": "single"}
-DRA = {**MIXED, "CASTSLICE_MIG_STACK": "dra"}
-_TIMEOUT = 60.0
-# The scheduler's message for a Pod no node can take, whatever the reasons it lists.
-_NO_NODE = "nodes are available"
-# 1/8, 1/4, 1/2 and 1 of a GPU at S = 8.
-SHARES = {"eighth": 1, "quarter": 2, "half": 4, "whole": 8}
-
-
-def pod(name: str, slices: int | None, gpus: int = 1) -> Manifest:
-    metadata: Manifest = {"name": name}
-    if slices is not None:
-        metadata["annotations"] = {
-            "castops.io/optimize": "true",
-            "castops.io/slice-ratio": str(slices),
-        }
-    container = {"name": "app", "image": IMAGE, "resources": {"limits": {GPU: gpus}}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": [container]},
-    }
-
-
-@contextmanager
-def mig_nodes(
-    api: kubernetes.client.ApiClient,
-    namespace: str,
-    shapes: list[tuple[str, str, str, int]],
-) -> Iterator[dict[str, str]]:
-    """Nodes of (strategy, model, mig-parted layout, GPUs), by `<model> <layout>`; deleted after."""
-    clear_unscheduled_pods(api, namespace)
-    run = uuid.uuid4().hex[:6]
-    names = {
-        f"{model} {layout}": f"mig-{model.lower()}-{layout.replace('.', '')}-{run}"
-        for _, model, layout, _ in shapes
-    }
-    manifests = [
-        shaped_node(names[f"{model} {layout}"], *gpu_node_side(strategy, model, layout, gpus))
-        for strategy, model, layout, gpus in shapes
-    ]
-    create_shaped_nodes(api, manifests)
-    try:
-        yield names
-    finally:
-        delete_nodes(api, list(names.values()))
-
-
-def apply(kubectl: Kubectl, namespace: str, manifests: list[Manifest]) -> str:
-    return kubectl.apply(namespace, yaml.safe_dump_all(manifests))
-
-
-def placed(pods: list[Manifest]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Pod name -> (node, its container's limits) as the API server stored them."""
-    return {
-        p["metadata"]["name"]: (p["spec"]["nodeName"], p["spec"]["containers"][0]["resources"])
-        for p in pods
-    }
-
-
-@pytest.fixture(scope="module")
-def start(module_castslice: StartServer, api: kubernetes.client.ApiClient) -> Any:
-    def registered(settings: Mapping[str, str]) -> None:
-        register_and_wait(api, module_castslice(settings))
-
-    return registered
+__all__ = ["start"]
 
 
 def test_mixed_pods_run_on_the_instances_that_hold_them_and_a_plain_pod_on_a_whole_gpu(
@@ -118,7 +57,7 @@ def test_mixed_pods_run_on_the_instances_that_hold_them_and_a_plain_pod_on_a_who
     with mig_nodes(api, namespace, shapes) as nodes:
         manifests = [pod(name, slices) for name, slices in SHARES.items()]
         warnings = apply(kubectl_user, namespace, [*manifests, pod("plain", None)])
-        up, _ = settle(api, namespace, runs=5, waits=0, timeout=_TIMEOUT)
+        up, _ = settle(api, namespace, runs=5, waits=0, timeout=TIMEOUT)
     where = placed(up)
     assert where["eighth"] == (
         nodes["A100-80GB all-balanced"],
@@ -140,11 +79,12 @@ def test_mixed_pods_run_on_the_instances_that_hold_them_and_a_plain_pod_on_a_who
     record = json.loads(
         next(p for p in up if p["metadata"]["name"] == "half")["metadata"]["annotations"][APPLIED]
     )
-    assert record["instance"] == "3g.40gb: 3/7 of the compute, 1/2 of the memory"
-    assert (
-        "mig: the Pod gets a MIG instance, 3g.40gb: 3/7 of the compute, 1/2 of the memory"
-        in warnings
+    # Each model's 3g.40gb as its boards report it.
+    instance = (
+        "A100-80GB 3g.40gb: 39.25 GiB, 42 of 98 SMs; H100-80GB 3g.40gb: 39.5 GiB, 60 of 132 SMs"
     )
+    assert record["instance"] == instance
+    assert f"mig: the Pod gets a MIG instance, {instance}" in warnings
 
 
 def test_single_pods_run_on_nodes_labelled_with_their_instance(
@@ -159,7 +99,7 @@ def test_single_pods_run_on_nodes_labelled_with_their_instance(
     ]
     with mig_nodes(api, namespace, shapes) as nodes:
         apply(kubectl_user, namespace, [pod(name, slices) for name, slices in SHARES.items()])
-        up, _ = settle(api, namespace, runs=4, waits=0, timeout=_TIMEOUT)
+        up, _ = settle(api, namespace, runs=4, waits=0, timeout=TIMEOUT)
     where = {name: node for name, (node, _) in placed(up).items()}
     assert where == {
         "eighth": nodes["A100-80GB all-1g.10gb"],
@@ -206,63 +146,11 @@ def test_doctor_names_a_profile_no_node_offers_before_any_pod_waits(
     assert "nvidia.com/mig.config=all-balanced" in strict.stdout
 
 
-# The DeviceClass the NVIDIA DRA driver's chart installs for MIG devices, copied from
-# tests/upstream/k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml with the chart's
-# conditionals dropped and its API version rendered for resource.k8s.io/v1.
-def mig_device_class() -> Manifest:
-    text = (
-        REPO_ROOT / "tests/upstream/k8s-dra-driver-gpu-v25.12.0-deviceclass-mig.yaml"
-    ).read_text()
-    lines = [line for line in text.splitlines() if not line.startswith("{{")]
-    rendered = "\n".join(lines).replace(
-        '{{ include "nvidia-dra-driver-gpu.resourceApiVersion" . }}', "resource.k8s.io/v1"
-    )
-    manifest: Manifest = yaml.safe_load(rendered)
-    return manifest
-
-
-def _serve_mig_dra(
-    api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any, slices: str
-) -> kubernetes.client.ResourceV1Api:
-    """CastSlice serving the mig backend's dra stack, with the driver's `mig.nvidia.com`
-    DeviceClass and the claim templates of these slice counts in the namespace."""
-    start(DRA)
-    # The dra backend's guard taints every device of the driver for its own claims alone;
-    # MIG devices are not shared between claims and need none.
-    delete_taint_rule(api)
-    resource = kubernetes.client.ResourceV1Api(api)
-    try:
-        resource.create_device_class(mig_device_class())
-    except kubernetes.client.ApiException as error:
-        if error.status != 409:
-            raise
-    ensure_device_class(api)
-    templates = run_castslice(DRA, "claim-templates", "-n", namespace, "--slices", slices)
-    kubectl_user.run("apply", "-f", "-", stdin=templates.stdout)
-    clear_unscheduled_pods(api, namespace)
-    return resource
-
-
-def _allocations(
-    resource: kubernetes.client.ResourceV1Api, namespace: str, pods: list[Manifest]
-) -> dict[str, Manifest]:
-    """Each Pod's one allocated device result, by Pod name."""
-    found = {}
-    for p in pods:
-        [status] = p["status"]["resourceClaimStatuses"]
-        claim = resource.read_namespaced_resource_claim(
-            status["resourceClaimName"], namespace, _preload_content=False
-        )
-        [result] = json.loads(claim.data)["status"]["allocation"]["devices"]["results"]
-        found[p["metadata"]["name"]] = result
-    return found
-
-
 @pytest.mark.kubernetes("1.36")
 def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
     api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
 ) -> None:
-    resource = _serve_mig_dra(api, kubectl_user, namespace, start, "1,2,4")
+    resource = serve_mig_dra(api, kubectl_user, namespace, start, "1,2,4")
     run = uuid.uuid4().hex[:6]
     layouts = {"A100-80GB": "all-balanced", "H100-80GB": "all-1g.20gb"}
     names = {model: f"mig-dra-{model.lower()}-{run}" for model in layouts}
@@ -272,10 +160,10 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
             resource.create_resource_slice(resource_slice(name, mig_devices(model, layouts[model])))
         manifests = [pod(name, SHARES[name]) for name in ("eighth", "quarter", "half")]
         apply(kubectl_user, namespace, manifests)
-        up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
+        up, _ = settle(api, namespace, runs=3, waits=0, timeout=TIMEOUT)
         allocated = {
             name: (result["pool"], result["device"].split("-")[3])
-            for name, result in _allocations(resource, namespace, up).items()
+            for name, result in allocations(resource, namespace, up).items()
         }
         assert allocated == {
             "eighth": (names["A100-80GB"], "1g10gb"),
@@ -292,7 +180,7 @@ def test_dra_claims_are_allocated_the_mig_devices_that_hold_them(
 def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_taken(
     api: kubernetes.client.ApiClient, kubectl_user: Kubectl, namespace: str, start: Any
 ) -> None:
-    resource = _serve_mig_dra(api, kubectl_user, namespace, start, "1")
+    resource = serve_mig_dra(api, kubectl_user, namespace, start, "1")
     # One A100-80GB in mig-parted's all-balanced: two 1g.10gb, one 2g.20gb, one 3g.40gb.
     name = f"mig-dra-fallback-{uuid.uuid4().hex[:6]}"
     create_shaped_nodes(api, [shaped_node(name, {}, {})])
@@ -302,12 +190,12 @@ def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_
         )
         # Two eighths take both 1g.10gb; then the third, and only then, is applied.
         apply(kubectl_user, namespace, [pod("eighth-0", 1), pod("eighth-1", 1)])
-        settle(api, namespace, runs=2, waits=0, timeout=_TIMEOUT)
+        settle(api, namespace, runs=2, waits=0, timeout=TIMEOUT)
         apply(kubectl_user, namespace, [pod("eighth-2", 1)])
-        up, _ = settle(api, namespace, runs=3, waits=0, timeout=_TIMEOUT)
+        up, _ = settle(api, namespace, runs=3, waits=0, timeout=TIMEOUT)
         allocated = {
             name: (result["request"], result["device"].split("-")[3])
-            for name, result in _allocations(resource, namespace, up).items()
+            for name, result in allocations(resource, namespace, up).items()
         }
         assert allocated == {
             "eighth-0": ("gpu/1g-10gb", "1g10gb"),
@@ -321,8 +209,8 @@ def test_dra_claims_fall_back_to_the_next_larger_instance_when_the_smallest_are_
             ]
         )
         assert record["instance"].startswith(
-            "1g.10gb: 1/7 of the compute, 1/8 of the memory; if none is free, the first free "
-            "of 1g.20gb, 2g.20gb, 3g.40gb"
+            "A100-80GB 1g.10gb: 9.62 GiB, 14 of 98 SMs; H100-80GB 1g.10gb: 9.75 GiB, 16 of 132 "
+            "SMs; if none is free, the first free of 1g.20gb, 2g.20gb, 3g.40gb"
         )
     finally:
         delete_nodes(api, [name])
@@ -409,7 +297,7 @@ def test_gke_partitions_take_their_share_and_whole_gpus_keep_off_them(
             namespace,
             [pod("eighth", 1), pod("half", 4), pod("whole", 8), pod("second-whole", 8)],
         )
-        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+        up, [waiting] = settle(api, namespace, runs=3, waits=1, no_room=NO_NODE, timeout=TIMEOUT)
     where = {name: node for name, (node, _) in placed(up).items()}
     assert where["eighth"] == nodes["1g.10gb"]
     assert where["half"] == nodes["3g.40gb"]
@@ -437,7 +325,7 @@ def test_gke_time_shared_partitions_take_only_the_pods_smaller_than_a_partition(
     eighths = [pod(f"eighth-{n}", 2) for n in range(8)]
     with gke_nodes(api, namespace, ["1g.10gb", "3g.40gb"], ("1g.10gb", 2)) as nodes:
         apply(kubectl_user, namespace, [*sixteenths, *eighths, pod("half", 8)])
-        up, [waiting] = settle(api, namespace, runs=11, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+        up, [waiting] = settle(api, namespace, runs=11, waits=1, no_room=NO_NODE, timeout=TIMEOUT)
     where = {name: node for name, (node, _) in placed(up).items()}
     assert {where[f"sixteenth-{n}"] for n in range(3)} == {nodes["shared"]}
     assert {node for name, node in where.items() if name.startswith("eighth-")} == {
@@ -449,8 +337,7 @@ def test_gke_time_shared_partitions_take_only_the_pods_smaller_than_a_partition(
     shared_pod = next(p for p in up if p["metadata"]["name"] == "sixteenth-0")
     record = json.loads(shared_pod["metadata"]["annotations"][APPLIED])
     assert record["instance"] == (
-        "1g.10gb: 1/7 of the compute, 1/8 of the memory, time-shared by up to 2 clients "
-        "without isolation"
+        "1g.10gb: 9.62 GiB, 14 of 98 SMs, time-shared by up to 2 clients without isolation"
     )
 
 
@@ -464,7 +351,7 @@ def test_gke_backend_whole_gpu_pods_keep_off_partition_nodes(
         for manifest in pods:
             manifest["metadata"]["annotations"] = training
         apply(kubectl_user, namespace, pods)
-        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room=_NO_NODE, timeout=_TIMEOUT)
+        up, [waiting] = settle(api, namespace, runs=1, waits=1, no_room=NO_NODE, timeout=TIMEOUT)
     assert [p["spec"]["nodeName"] for p in up] == [nodes["whole"]]
     affinity = waiting["spec"]["affinity"]["nodeAffinity"]
     terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

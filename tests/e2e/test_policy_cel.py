@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from castslice.backends import backend_for
+from castslice.backends.tools import tools_for
 from castslice.decision.admission import Admission
 from castslice.decision.slices import shorten
 from castslice.environment import load_config
@@ -77,7 +77,7 @@ def test_both_engines_agree_on_every_generated_pod(backend: str) -> None:
 
 def backend_notes(config: Config) -> tuple[str, ...]:
     """The backend's notes on a one-slice Pod's placement (an MPS client's cap)."""
-    backend = backend_for(config)
+    backend = tools_for(config)
     return backend.notes(backend.place(1))
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,19 +26,19 @@ from typing import Any
 import kubernetes.client
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from ..procs import HarnessError, free_port, wait_until
+from castslice.contract import Manifest
+
+from ..procs import free_port, wait_until
 from .castslice_server import StartServer
 from .cluster import LocalControlPlane
 from .dra import dra_nodes
+from .exporter import run_exporter
 from .kubectl import Kubectl
 from .nodes import SEED_SHARED, FakeNode, Pool, gpu_nodes
 from .pods import GPU, IMAGE, create_namespace, list_pods, running, unschedulable
 from .registration import APPLIED, register_and_wait
 from .tools import REPO_ROOT
-
-Manifest = dict[str, Any]
 
 SETTINGS = {
     "resource": {"CASTSLICE_BACKEND": "resource", "CASTSLICE_SHARED_RESOURCE": SEED_SHARED},
@@ -352,43 +351,3 @@ def test_report_places_each_pod_where_the_scheduler_put_it_and_the_exporter_agre
             assert samples[(f"castslice_gpus_{figure}", ns)] == saving[figure]
     assert samples[("castslice_cluster_pods_pending", None)] == report["totals"]["pending"]
     assert {ns for _, ns in samples if ns} == {mix.team_a, mix.team_b}
-
-
-def run_exporter(
-    argv: list[str], settings: Mapping[str, str], port: int
-) -> tuple[dict[tuple[str, str | None], float], str, str]:
-    """Run `castslice report --serve PORT` (argv) with `settings` until one scrape answers:
-    its samples by (name, namespace), and what it printed on stdout and stderr."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CASTSLICE_")}
-    exporter = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**environ, **settings},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-    def answered() -> dict[tuple[str, str | None], float] | None:
-        if exporter.poll() is not None:
-            raise HarnessError(f"the exporter exited with status {exporter.returncode}")
-        return scrape(port)
-
-    samples = None
-    try:
-        samples = wait_until(answered, timeout=90, what="the exporter to answer", interval=0.2)
-    finally:
-        exporter.terminate()
-        stdout, stderr = exporter.communicate(timeout=30)
-        # What it said is what tells a slow start from a crash or a refused read.
-        assert samples is not None, f"the exporter never answered; it printed:\n{stdout}{stderr}"
-    return samples, stdout, stderr
-
-
-def scrape(port: int) -> dict[tuple[str, str | None], float] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
-    except OSError:
-        return None
-    return {
-        (sample.name, sample.labels.get("namespace")): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }

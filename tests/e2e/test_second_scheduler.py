@@ -28,6 +28,7 @@ import kubernetes.utils
 import pytest
 import yaml
 
+from castslice.contract import Manifest
 from tests.helm import installed_objects, run_helm, template_args, values_file
 
 from ..procs import wait_until
@@ -43,7 +44,6 @@ from .tools import run_castslice
 
 pytestmark = pytest.mark.kubernetes("1.36")
 
-Manifest = dict[str, Any]
 
 SECOND = "castslice-scheduler"
 RELEASE_NAMESPACE = f"second-{uuid.uuid4().hex[:8]}"

@@ -47,11 +47,24 @@ the value's name as the application would refuse its variable. */}}
 {{- if and $.Values.schedulerName (eq (toString $.Values.backend) "mig") }}
 {{- fail "schedulerName is set, but with backend mig it cannot: only dra keeps the shared GPUs to the Pods CastSlice rewrote (its DeviceTaintRule), and two schedulers placing Pods on the same GPUs can give one out twice (docs/backends.md#a-second-scheduler) (CASTSLICE_SCHEDULER_NAME)" }}
 {{- end }}
+{{- $owner := dict }}
+{{- range $model, $names := $.Values.mig.productNames }}{{ range $names }}
+{{- if hasKey $owner (trim .) }}
+{{- fail (printf "mig.productNames: %q is given to %s already (CASTSLICE_MIG_PRODUCT_NAMES)" (trim .) (get $owner (trim .))) }}
+{{- end }}
+{{- $_ := set $owner (trim .) $model }}
+{{- end }}{{ end }}
 {{- if and $.Values.extender $.Values.extender.enabled }}
 {{- if not (has (toString $.Values.backend) (list "dra" "gke" "nvidia")) }}
 {{- fail (printf "extender.enabled: the scheduler extender scores GPUs shared as DRA devices or by sharing node pools; set backend to dra, gke, nvidia (backend is %s)" (toString $.Values.backend)) }}
 {{- end }}
 {{- end }}
+{{- $migProfiles := dict "A100-40GB" (list "1g.5gb" "1g.10gb" "2g.10gb" "3g.20gb" "4g.20gb" "7g.40gb") "A100-80GB" (list "1g.10gb" "1g.20gb" "2g.20gb" "3g.40gb" "4g.40gb" "7g.80gb") "H100-80GB" (list "1g.10gb" "1g.20gb" "2g.20gb" "3g.40gb" "4g.40gb" "7g.80gb") "H100-NVL" (list "1g.12gb" "1g.24gb" "2g.24gb" "3g.47gb" "4g.47gb" "7g.94gb") "H100-96GB" (list "1g.12gb" "1g.24gb" "2g.24gb" "3g.48gb" "4g.48gb" "7g.96gb") "H200" (list "1g.18gb" "1g.35gb" "2g.35gb" "3g.71gb" "4g.71gb" "7g.141gb") "B200" (list "1g.23gb" "1g.45gb" "2g.45gb" "3g.90gb" "4g.90gb" "7g.180gb") "A30" (list "1g.6gb" "2g.12gb" "4g.24gb") }}
+{{- $offered := list }}
+{{- range $.Values.mig.gpuModels }}{{ $offered = concat $offered (get $migProfiles .) }}{{ end }}
+{{- range $.Values.mig.profiles }}{{ if not (has . $offered) }}
+{{- fail (printf "mig.profiles: %s is a profile of no model in mig.gpuModels (%s) (CASTSLICE_MIG_PROFILES)" . (join ", " $.Values.mig.gpuModels)) }}
+{{- end }}{{ end }}
 {{- end -}}
 
 {{- /* The CASTSLICE_* environment, one `VARIABLE: "value"` line each, from the
@@ -106,6 +119,13 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $lines = append $lines (printf "CASTSLICE_DRA_GPU_MEMORY: %s" (quote $value)) }}
 {{- end }}
 {{- $value = "" }}
+{{- with $.Values.gpuMemory }}{{ $value = toString . }}{{ end }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_GPU_MEMORY: %s" (quote $value)) }}
+{{- end }}
+{{- $value = toString $.Values.gpuMemoryEnforcedOnly }}
+{{- $lines = append $lines (printf "CASTSLICE_GPU_MEMORY_ENFORCED_ONLY: %s" (quote $value)) }}
+{{- $value = "" }}
 {{- with $.Values.schedulerName }}{{ $value = toString . }}{{ end }}
 {{- if $value }}
 {{- $lines = append $lines (printf "CASTSLICE_SCHEDULER_NAME: %s" (quote $value)) }}
@@ -129,6 +149,12 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
 {{- $lines = append $lines (printf "CASTSLICE_MIG_WHOLE_GPU: %s" (quote $value)) }}
+{{- $items := list }}
+{{- range $model, $names := $.Values.mig.productNames }}{{ range $names }}{{ $items = append $items (printf "%s=%s" $model .) }}{{ end }}{{ end }}
+{{- $value = join "," $items }}
+{{- if $value }}
+{{- $lines = append $lines (printf "CASTSLICE_MIG_PRODUCT_NAMES: %s" (quote $value)) }}
+{{- end }}
 {{- $value = "" }}
 {{- with $.Values.mig.timeSharedClients }}{{ $value = int . | toString }}{{ end }}
 {{- if $value }}
@@ -177,6 +203,11 @@ container declares and the one the application listens on cannot drift apart. */
 {{- with $.Values.draGpuMemory }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--dra-gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- $value = "" }}
+{{- with $.Values.gpuMemory }}{{ $value = toString . }}{{ end }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--gpu-memory %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = toString $.Values.gpuMemoryEnforcedOnly }}
+{{- if and $value (ne $value "true") }}{{ $flags = append $flags (printf "--gpu-memory-enforced-only %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $value = "" }}
 {{- with $.Values.schedulerName }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--scheduler-name %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- $value = "" }}
@@ -194,6 +225,10 @@ container declares and the one the application listens on cannot drift apart. */
 {{- $value = "" }}
 {{- with $.Values.mig.wholeGpu }}{{ $value = toString . }}{{ end }}
 {{- if and $value (ne $value "gpu") }}{{ $flags = append $flags (printf "--mig-whole-gpu %s" (include "castslice.shellWord" $value)) }}{{ end }}
+{{- $items := list }}
+{{- range $model, $names := $.Values.mig.productNames }}{{ range $names }}{{ $items = append $items (printf "%s=%s" $model .) }}{{ end }}{{ end }}
+{{- $value = join "," $items }}
+{{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--mig-product-names %s" (include "castslice.shellWord" $value)) }}{{ end }}
 {{- $value = "" }}
 {{- with $.Values.mig.timeSharedClients }}{{ $value = int . | toString }}{{ end }}
 {{- if and $value (ne $value "") }}{{ $flags = append $flags (printf "--mig-time-shared-clients %s" (include "castslice.shellWord" $value)) }}{{ end }}

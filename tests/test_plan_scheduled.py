@@ -1,0 +1,219 @@
+"""`castslice plan`'s second count: the GPUs its recommendation needs once kube-scheduler with
+the extender places the workload, against the extender's own view and hand counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.packing.offline import place_all
+from bench.packing.trace import NODES_CSV, TraceNode, TraceTask, read_tasks
+from castslice.environment import load_config
+from castslice.extender.placing import NodeKind, cluster, fewest, placements, scorer_for
+from castslice.inspect.plan import (
+    Nodes,
+    WorkloadError,
+    arrivals_of,
+    nodes_from_list,
+    plan,
+    tasks_from_trace,
+)
+from tests.helpers import HEADER, TRACE, plan_in_process, run_plan
+
+NODE_LIST = nodes_from_list(NODES_CSV.read_text())
+TIMED = HEADER.rstrip("\n") + ",creation_time,deletion_time\n"
+
+
+def plan_trace(tmp_path: Path, trace: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "tasks.csv"
+    path.write_text(trace)
+    return run_plan("--trace", str(path), *argv)
+
+
+def trace_head(tasks: int) -> str:
+    """The trace's first tasks, without their times (the FGD paper's order, none leaving)."""
+    lines = TRACE.read_text().splitlines()
+    return "\n".join(",".join(line.split(",")[:6]) for line in lines[: tasks + 1]) + "\n"
+
+
+def trace_nodes(count: int) -> list[TraceNode]:
+    return [
+        TraceNode(node.name, node.cpu_milli, node.memory_mib, node.gpus, node.model)
+        for node in cluster(NODE_LIST, count)
+    ]
+
+
+def test_plan_s_settings_replayed_through_the_extender_place_all_on_its_count_not_one_fewer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    workload = tmp_path / "head.csv"
+    workload.write_text(trace_head(300))
+    result = json.loads(
+        plan_in_process(monkeypatch, capsys, {}, "plan", "--trace", str(workload), "--nodes",
+                        str(NODES_CSV), "-o", "json")
+    )  # fmt: skip
+    scheduled = result["scheduled"]
+    assert scheduled["configuration"] == result["recommended"]
+    assert scheduled["departures"] is False
+    # The recommendation applied: DRA shares of S per GPU, which the extender scores.
+    config = load_config(result["recommendation"]["environment"])
+    assert config.backend == "dra"
+    count = scheduled["nodes"]
+    assert sum(node.gpus for node in trace_nodes(count)) == scheduled["gpus"]
+    # Beyond perfect packing: the trace's nodes strand GPUs behind CPU, memory and shares.
+    assert scheduled["gpus"] > result["recommendation"]["gpus"]
+    tasks = read_tasks(workload)
+    # The extender's own view (ClusterView, as in the packing benchmark), shown the
+    # workload up front as plan counts it, binds each task in turn.
+    placed = place_all(trace_nodes(count), tasks, "extender", 42, config.slices_per_gpu,
+                       up_front=True)  # fmt: skip
+    assert "" not in placed.nodes
+    fewer = place_all(trace_nodes(count - 1), tasks, "extender", 42, config.slices_per_gpu,
+                      up_front=True)  # fmt: skip
+    assert "" in fewer.nodes
+    assert tasks[fewer.nodes.index("")].name == scheduled["pendingWithOneNodeFewer"]
+
+
+def test_each_task_goes_where_the_extender_s_own_view_sends_it() -> None:
+    text = trace_head(300)
+    config = load_config({"CASTSLICE_BACKEND": "dra", "CASTSLICE_SLICES_PER_GPU": "10"})
+    arrivals = arrivals_of(config, tasks_from_trace(text))
+    nodes = cluster(NODE_LIST, 40)
+    mine = placements(nodes, arrivals, scorer_for(nodes, arrivals))
+    theirs = place_all(trace_nodes(40), [*map(_task, text.splitlines()[1:])], "extender", 42,
+                       10, up_front=True)  # fmt: skip
+    assert tuple(mine) == theirs.nodes
+    assert "" in mine
+
+
+def _task(line: str) -> TraceTask:
+    name, cpu, memory, count, milli, spec = line.split(",")[:6]
+    return TraceTask(name, int(cpu), int(memory), int(count), int(milli),
+                     tuple(s for s in spec.split("|") if s))  # fmt: skip
+
+
+def test_departures_free_what_a_task_held_and_both_counts_are_printed(tmp_path: Path) -> None:
+    # Three whole GPUs, two at a time at most: `second` leaves when `third` comes.
+    trace = TIMED + (
+        "first,1000,1024,1,1000,,0,100\n"
+        "second,1000,1024,1,1000,,10,50\n"
+        "third,1000,1024,1,1000,,50,90\n"
+    )
+    done = plan_trace(tmp_path, trace, "--gpus-per-node", "1")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Placed by kube-scheduler with the extender (today, in process, in the input's order, "
+        "with its departures): 2 GPUs on 2 nodes of 1 GPUs with room for any task's CPU and "
+        "memory; one node fewer leaves second Pending; 2 GPUs if every share packed "
+        "perfectly at the busiest moment." in done.stdout
+    )
+    stayed = plan_trace(tmp_path, trace, "--gpus-per-node", "1", "--no-departures", "-o", "json")
+    assert json.loads(stayed.stdout)["scheduled"] | {"nodeList": ""} == {
+        "gpus": 3, "nodes": 3, "departures": False, "pendingWithOneNodeFewer": "third",
+        "perfectPackingAtPeak": 3, "configuration": "today", "nodeList": "",
+    }  # fmt: skip
+
+
+def test_a_node_s_cpu_keeps_shares_apart_that_its_gpus_would_hold(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nnode-a,4000,65536,2,T4\n")
+    # Two halves of a GPU: one GPU if packed, but each takes 3 of the node's 4 CPUs.
+    trace = HEADER + "a,3000,1024,1,500,\nb,3000,1024,1,500,\n"
+    done = plan_trace(tmp_path, trace, "--nodes", str(nodes), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["recommendation"]["gpus"] == 1
+    assert (result["scheduled"]["nodes"], result["scheduled"]["gpus"]) == (2, 4)
+
+
+def test_the_cluster_of_n_nodes_keeps_the_list_s_mix_and_holds_the_cluster_of_fewer() -> None:
+    small = [NodeKind(f"small-{index}", 8000, 32768, 2, "T4") for index in range(4)]
+    large = [NodeKind(f"large-{index}", 96000, 393216, 8, "G2") for index in range(2)]
+    names = [node.name for node in cluster([*small, *large], 8)]
+    assert names == ["small-0", "large-0", "small-1", "small-2", "large-1", "small-3",
+                     "small-0-1", "large-0-1"]  # fmt: skip
+    assert all(
+        cluster([*small, *large], count) == cluster([*small, *large], 8)[:count]
+        for count in range(9)
+    )
+
+
+def test_a_model_pinned_task_goes_only_to_its_model_and_others_where_none_is_pinned() -> None:
+    nodes = [
+        NodeKind("a-v100", 64000, 262144, 1, "V100M16"),
+        NodeKind("b-t4", 64000, 262144, 1, "T4"),
+    ]
+    trace = HEADER + "pinned,1000,1024,1,500,T4\nfree,1000,1024,1,500,\n"
+    arrivals = arrivals_of(load_config({}), tasks_from_trace(trace))
+    # The pinned share passes over the lowest name; the free one goes where no typical Pod
+    # is pinned (the extender's model place), not beside it.
+    assert placements(nodes, arrivals, scorer_for(nodes, arrivals)) == ["b-t4", "a-v100"]
+
+
+def test_a_trace_s_node_asks_and_times_are_read() -> None:
+    (task,) = tasks_from_trace(TIMED + "t,3000,2048,1,500,T4|P100,7,\n")
+    assert (task.cpu_milli, task.memory_mib, task.models) == (3000, 2048, ("T4", "P100"))
+    assert (task.arrives, task.leaves) == (7, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "message"),
+    [
+        (["--gpus-per-node", "0"], HEADER + "a,1,1,1,500,\n", "'0': want a whole number of 1"),
+        (["--nodes", "/nonexistent.csv"], HEADER + "a,1,1,1,500,\n", "cannot read --nodes"),
+        (["--nodes", "NODES"], HEADER + "big,1,1,1,500,A100\n",
+         "big: fits no empty node from the node list"),
+        ([], TIMED + "a,1,1,1,500,,soon,9\n", "line 2: creation_time 'soon': want a whole"),
+        ([], TIMED + "a,1,1,1,500,,,9\n", "line 2: no creation_time"),
+    ],
+)  # fmt: skip
+def test_bad_nodes_or_times_exit_2_naming_what_was_wrong(
+    argv: list[str], stdin: str, message: str, tmp_path: Path
+) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn,64000,262144,2,T4\n")
+    argv = [str(nodes) if arg == "NODES" else arg for arg in argv]
+    done = plan_trace(tmp_path, stdin, *argv)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_node_list_without_its_columns_is_named() -> None:
+    with pytest.raises(WorkloadError, match=r"nodes\.csv: no model column"):
+        nodes_from_list("sn,cpu_milli,memory_mib,gpu\nn,1,1,1\n", "nodes.csv")
+
+
+def test_plan_without_nodes_counts_no_scheduling() -> None:
+    result = plan(load_config({}), tasks_from_trace(HEADER + "a,1,1,1,500,\n"))
+    assert result.scheduled is None
+    assert result.as_dict()["scheduled"] is None
+    with_nodes = plan(
+        load_config({}),
+        tasks_from_trace(HEADER + "a,1,1,1,500,\n"),
+        nodes=Nodes(cluster(NODE_LIST, 1), "x"),
+    )
+    assert with_nodes.scheduled is not None
+
+
+def test_the_count_refuses_a_task_no_empty_node_fits_instead_of_searching_on() -> None:
+    trace = HEADER + "small,1000,1024,1,500,\nbig,1000,1024,8,1000,\n"
+    arrivals = arrivals_of(load_config({}), tasks_from_trace(trace))
+    with pytest.raises(ValueError, match=r"^big fits no empty node"):
+        fewest([NodeKind("n", 64000, 262144, 2, "T4")], arrivals)
+
+
+def test_tasks_arrive_by_their_creation_time_not_their_row(tmp_path: Path) -> None:
+    # Listed out of time order: `last` comes after the others have left; `overlapping`
+    # arrives while `first` holds the one GPU of a node.
+    trace = TIMED + (
+        "last,1000,1024,1,1000,,300,400\n"
+        "first,1000,1024,1,1000,,0,150\n"
+        "overlapping,1000,1024,1,1000,,100,200\n"
+    )
+    done = plan_trace(tmp_path, trace, "--gpus-per-node", "1", "-o", "json")
+    scheduled = json.loads(done.stdout)["scheduled"]
+    assert (scheduled["gpus"], scheduled["pendingWithOneNodeFewer"]) == (2, "overlapping")
