@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from castslice.inspect.gpus_needed import Plan, environment_of, plan, tasks_from_trace
+from castslice.inspect.plan import Plan, environment_of, plan, tasks_from_trace
 from castslice.settings.config import Config
 from tests.e2e import tools
 

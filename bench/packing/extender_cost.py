@@ -24,13 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from castslice.extender.cluster_view import MODEL_LABEL, ClusterView
+from castslice.contract import Manifest
+from castslice.extender.cluster_view import ClusterView
+from castslice.extender.fragmentation import NodeFree
+from castslice.extender.watching import MODEL_LABEL
 
 from .trace import MILLI, TraceNode, TraceTask, read_nodes, read_tasks, sample_nodes, workload
 
 CAPACITY = "shares"
 DRIVER = "gpu.nvidia.com"
-Manifest = dict[str, Any]
 
 
 @dataclass
@@ -178,6 +180,20 @@ def build(
     return view, [node.name for node in nodes], pending
 
 
+def fitting_gpus(free: NodeFree | None, task: TraceTask, shares: int) -> list[int] | None:
+    """The GPUs the DRA allocator gives `task` on a node with `free` left (its first fit;
+    none for a task without GPUs), or None where the task does not fit there: the
+    scheduler's filters (CPU, memory, the GPU model asked for) and the allocator's."""
+    if free is None or free.cpu_milli < task.cpu_milli or free.memory < task.memory_mib << 20:
+        return None
+    if task.gpu_spec and free.model not in task.gpu_spec:
+        return None
+    devices, each = claim_shape(task, shares) if task.num_gpu else (0, 0)
+    lefts = [milli * shares // MILLI for milli in free.gpu_milli]
+    chosen = [index for index, left in enumerate(lefts) if left >= each][:devices]
+    return chosen if len(chosen) == devices else None
+
+
 def bind(
     view: ClusterView,
     pod: Manifest,
@@ -189,18 +205,10 @@ def bind(
     """Place `pod` on the best-scored node it fits, as the scheduler and the DRA allocator
     would, and tell the view as the watches would: the claim allocated, the Pod bound.
     `watch`: told the same events, for a view that learns them later."""
-    devices, each = claim_shape(task, shares) if task.num_gpu else (0, 0)
+    each = claim_shape(task, shares)[1] if task.num_gpu else 0
     for name, _ in sorted(scores, key=lambda scored: -scored[1]):
-        free = view.free(name)
-        if free is None or free.cpu_milli < task.cpu_milli:
-            continue
-        if free.memory < task.memory_mib << 20:
-            continue
-        if task.gpu_spec and free.model not in task.gpu_spec:
-            continue
-        lefts = [milli * shares // MILLI for milli in free.gpu_milli]
-        chosen = [index for index, left in enumerate(lefts) if left >= each][:devices]
-        if len(chosen) < devices:
+        chosen = fitting_gpus(view.free(name), task, shares)
+        if chosen is None:
             continue
         claim_name = pod["status"].get("resourceClaimStatuses", [{}])[0].get("resourceClaimName")
         events = []
@@ -228,7 +236,7 @@ def build_pools(
     import jsonpatch
 
     from castslice.decision.admission import Admission
-    from castslice.extender.cluster_view import Pools
+    from castslice.extender.watching import Pools
 
     from .__main__ import configurations
     from .replay import node_manifest as pool_node

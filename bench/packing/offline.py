@@ -22,15 +22,19 @@ replay creates them in. A seed takes one to three minutes where a live replay ta
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
+import subprocess
 import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
-from castslice.extender.cluster_view import ClusterView, Manifest
+from castslice.contract import Manifest
+from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
@@ -52,6 +56,7 @@ from .extender_cost import (
 )
 from .replay import batch_ends
 from .trace import (
+    LISTS,
     MILLI,
     ORDERS,
     TraceNode,
@@ -59,6 +64,7 @@ from .trace import (
     read_nodes,
     read_tasks,
     sample_nodes,
+    task_list,
     workload,
 )
 
@@ -103,6 +109,7 @@ def place_all(
     shares: int = 100,
     lag: int = 0,
     batches: bool = False,
+    up_front: bool = False,
 ) -> Placed:
     """Each task arrives, is scored and is bound (or left Pending) before the next.
 
@@ -111,7 +118,10 @@ def place_all(
     on the scheduler's own, current view). `batches`: the extender's view is shown each
     batch of Pods (and claims) the live replay creates at once (`replay.batch_ends`)
     before the first of them is scored, so its typical Pods are learnt from Pods not
-    scored yet. `policy`: one of POLICIES but `fgd`."""
+    scored yet. `up_front`: the extender's view is shown every Pod (and claim) before the
+    first is scored, so its typical Pods are the whole workload's from the start, as
+    `castslice plan` counts them (castslice.extender.placing). `policy`: one of POLICIES
+    but `fgd`."""
     if policy not in POLICIES or policy == "fgd":
         raise ValueError(
             f"policy {policy!r}: one of {', '.join(p for p in POLICIES if p != 'fgd')}"
@@ -123,7 +133,7 @@ def place_all(
     # view learns where it went, however long the machine takes.
     views = [
         ClusterView(CAPACITY, shares, clock=lambda: 0.0)
-        for _ in range(2 if lag or batches or policy == "extender" else 1)
+        for _ in range(2 if lag or batches or up_front or policy == "extender" else 1)
     ]
     for each in views:
         each.replace("nodes", [node_manifest(node) for node in nodes])
@@ -139,15 +149,18 @@ def place_all(
     at_100: Fraction | None = None
     where: list[str] = []
     # Where each batch the extender's view is shown ends: the replay's, or each task alone.
-    ends = iter(batch_ends(tasks, gpus) if batches else range(1, len(tasks) + 1))
+    if up_front:
+        ends = iter([len(tasks)])
+    else:
+        ends = iter(batch_ends(tasks, gpus) if batches else range(1, len(tasks) + 1))
     shown = 0
     for index, task in enumerate(tasks):
-        claim, pod = _arriving(index, task)
-        _add(scheduler, claim, pod, task, shares)
+        claim, pod = arriving(index, task)
+        add_arriving(scheduler, claim, pod, task, shares)
         while view is not scheduler and shown <= index:
             end = next(ends)
             for ahead in range(shown, end):
-                _add(view, *_arriving(ahead, tasks[ahead]), tasks[ahead], shares)
+                add_arriving(view, *arriving(ahead, tasks[ahead]), tasks[ahead], shares)
             shown = end
         if policy == "extender":
             scores = view.prioritize(pod, names)
@@ -177,20 +190,22 @@ def place_all(
     )
 
 
-def _arriving(index: int, task: TraceTask) -> tuple[str | None, Manifest]:
+def arriving(index: int, task: TraceTask) -> tuple[str | None, Manifest]:
     """The task's claim name (None: no GPU) and its Pod."""
     name = f"task-{index:05d}"
     claim = f"{name}-gpu" if task.num_gpu else None
     return claim, pod_manifest(name, task, "", claim)
 
 
-def _add(view: ClusterView, claim: str | None, pod: Manifest, task: TraceTask, shares: int) -> None:
+def add_arriving(
+    view: ClusterView, claim: str | None, pod: Manifest, task: TraceTask, shares: int
+) -> None:
     if claim is not None:
         view.apply("resourceclaims", "ADDED", claim_manifest(claim, task, shares, None))
     view.apply("pods", "ADDED", pod)
 
 
-def _shape(task: TraceTask, memory: bool = True) -> PodShape:
+def shape_of(task: TraceTask, memory: bool = True) -> PodShape:
     return PodShape(
         task.cpu_milli,
         task.gpu_milli if task.num_gpu else 0,
@@ -198,6 +213,43 @@ def _shape(task: TraceTask, memory: bool = True) -> PodShape:
         task.gpu_spec,
         task.memory_mib if memory else 0,
     )
+
+
+# Per node, its state and FGD's choices made on it for each shape, while it stays so.
+Remembered = dict[str, tuple[NodeFree, dict[PodShape, tuple[int, int | None]]]]
+
+
+def fgd_scorer(known: Sequence[TraceTask]) -> Scorer:
+    """FGD's fragmentation measure: the typical Pods counted once over `known` (the trace
+    before tuning), memory not looked at, as the paper's simulator counts them."""
+    # FGD has no model place: only the scorer's fragmentation is read.
+    return Scorer(typical_pods(shape_of(task, memory=False) for task in known), {})
+
+
+def fgd_pick(
+    free: dict[str, NodeFree],
+    names: Sequence[str],
+    pod: PodShape,
+    scorer: Scorer,
+    remembered: Remembered,
+) -> tuple[str, int | None] | None:
+    """The node FGD places `pod` on among `names` (each scored by `fgd_choice`, the lowest
+    name of the best) and, for a share of one GPU, the GPU it scored; None: fits none."""
+    best: tuple[int, str, int | None] | None = None
+    for name in names:
+        node = free[name]
+        if (pod.gpus and not accessible(node, pod)) or take(node, pod) is None:
+            continue
+        state, choices = remembered.get(name, (None, {}))
+        if state is not node:
+            state, choices = node, {}
+            remembered[name] = (node, choices)
+        choice = choices.get(pod)
+        if choice is None:
+            choice = choices[pod] = fgd_choice(node, pod, (), None, scorer.fragmentation)
+        if best is None or choice[0] > best[0]:
+            best = (choice[0], name, choice[1])
+    return None if best is None else (best[1], best[2])
 
 
 def place_fgd(
@@ -208,41 +260,27 @@ def place_fgd(
     every node scored (`fgd_choice`), the lowest name of the best, and for a share of one
     GPU the GPU FGD scored, not the first that fits. The oracle the extender is measured
     against, like for like."""
-    scorer = Scorer(typical_pods(_shape(task, memory=False) for task in known))
+    scorer = fgd_scorer(known)
     free = {
         node.name: NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib)
         for node in nodes
     }
     names = sorted(free)
     gpus = sum(node.gpus for node in nodes)
-    # Per node, its state and the choices made on it for each shape, while it stays so.
-    remembered: dict[str, tuple[NodeFree, dict[PodShape, tuple[int, int | None]]]] = {}
+    remembered: Remembered = {}
     arrived, placed = Fraction(0), Fraction(0)
     at_100: Fraction | None = None
     where: list[str] = []
     for task in tasks:
-        pod = _shape(task)
-        best: tuple[int, str, int | None] | None = None
-        for name in names:
-            node = free[name]
-            if (pod.gpus and not accessible(node, pod)) or take(node, pod) is None:
-                continue
-            state, choices = remembered.get(name, (None, {}))
-            if state is not node:
-                state, choices = node, {}
-                remembered[name] = (node, choices)
-            choice = choices.get(pod)
-            if choice is None:
-                choice = choices[pod] = fgd_choice(node, pod, (), None, scorer.fragmentation)
-            if best is None or choice[0] > best[0]:
-                best = (choice[0], name, choice[1])
+        pod = shape_of(task)
+        best = fgd_pick(free, names, pod, scorer, remembered)
         if best is not None:
-            _, name, gpu = best
+            name, gpu = best
             after = take(free[name], pod, gpu)
             assert after is not None
             free[name] = after
             placed += task.demand
-        where.append(best[1] if best else "")
+        where.append(best[0] if best else "")
         arrived += task.demand
         if at_100 is None and arrived >= gpus:
             at_100 = placed
@@ -276,6 +314,37 @@ def table(results: Sequence[Placed]) -> str:
     return "\n".join(lines)
 
 
+def figures(result: Placed, args: argparse.Namespace, commit: str) -> dict[str, object]:
+    """One line of a record: what was placed, how, by which commit's code, and the two
+    figures in %."""
+    return {
+        "list": args.list, "order": args.order, "every": args.every, "lag": args.lag,
+        "jitter": args.jitter, "batches": args.batches, "seed": result.seed,
+        "policy": result.policy, "at_100": round(result.at_100 * 100, 4),
+        "at_130": round(result.at_130 * 100, 4), "commit": commit,
+    }  # fmt: skip
+
+
+def head_commit() -> str:
+    """The checkout's commit, short, with `+` where its files differ from it ("": none)."""
+
+    def git(*arguments: str) -> str:
+        done = subprocess.run(
+            ["git", *arguments],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    try:
+        commit, changed = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "-uno")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return commit + ("+" if changed else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.packing.offline", description=(__doc__ or "").split("\n\n")[0]
@@ -297,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--order", default="shuffled", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
+    parser.add_argument(
+        "--list", default="default", choices=LISTS, help="the FGD artefact's task list to place"
+    )
+    parser.add_argument(
+        "--record", type=Path, help="a JSON Lines file each seed's figures are appended to"
+    )
     args = parser.parse_args(argv)
     policies = args.policies.split(",")
     wrong = [policy for policy in policies if policy not in POLICIES]
@@ -304,10 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--policies: no {', '.join(wrong)}; one of {', '.join(POLICIES)}", file=sys.stderr)
         return 2
     nodes = sample_nodes(read_nodes(), args.every)
-    tasks = read_tasks()
+    commit = head_commit() if args.record else ""
+    source = task_list(args.list)
+    tasks = read_tasks(source)
     results = []
     for seed in map(int, args.seeds.split(",")):
-        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order)
+        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order, source)
         if args.jitter:
             arrived = jittered(arrived, args.jitter, seed)
         for policy in policies:
@@ -325,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}, {POLICIES[policy]}: {result.at_100 * 100:.2f} % at 100 %, "
                   f"{result.at_130 * 100:.2f} % at 130 %", flush=True)  # fmt: skip
             results.append(result)
+            if args.record:
+                with args.record.open("a") as record:
+                    record.write(json.dumps(figures(result, args, commit)) + "\n")
     print(table(results))
     return 0
 

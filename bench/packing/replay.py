@@ -27,11 +27,11 @@ from typing import Any
 import kubernetes.client
 from prometheus_client.parser import text_string_to_metric_families
 
-from castslice.backends import backend_for
-from castslice.backends.base import Backend
+from castslice.backends.answers import Tools
+from castslice.backends.tools import tools_for
 from castslice.contract.definitions import OPTIMIZE, SLICE_RATIO
 from castslice.environment import load_config
-from castslice.inspect.gpus_needed import Task, estimate
+from castslice.inspect.plan import Task, estimate
 from castslice.settings.config import Config
 from tests.e2e import dra as dra_nodes
 from tests.e2e import nodes as fake_nodes
@@ -91,8 +91,8 @@ class Configuration:
         return load_config(self.settings)
 
     @functools.cached_property
-    def backend(self) -> Backend:
-        return backend_for(self.config)
+    def backend(self) -> Tools:
+        return tools_for(self.config)
 
     @functools.cached_property
     def claims(self) -> bool:

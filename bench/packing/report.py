@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import statistics
 from collections import defaultdict
@@ -16,26 +17,48 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .trace import BATCHES
+from .trace import BATCHES, LISTS
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "performance.md"
 IMAGES = REPO / "docs" / "images"
 BEGIN, END = "<!-- packing:begin -->", "<!-- packing:end -->"
+# The task lists' table and plot: the extender in process (`offline --record`) beside the
+# artefact's FGD and Best-fit on the same seeds.
+LISTS_BEGIN, LISTS_END = "<!-- lists:begin -->", "<!-- lists:end -->"
+LISTS_RESULTS = Path(__file__).parent / "results" / "offline_lists.jsonl"
+LISTS_PLOT = "packing-lists.svg"
 # The authors' published simulator results on the default trace, per seed (data/README.md).
 PAPER = Path(__file__).parent / "data" / "fgd_artefact_allocation.csv"
 # The paper's policies drawn and tabled, in its order.
 PAPER_POLICIES = ("Random-fit", "Dot-product", "GPU Packing", "Best-fit", "FGD")
 
 
-def paper_seeds(path: Path = PAPER) -> dict[str, dict[int, tuple[float, float]]]:
-    """Each policy's (at 100 %, at 130 %) allocation ratios by seed."""
-    found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+# The artefact's published results on each task list it runs, FGD and Best-fit (the same
+# file's rows of the lists this repository stores, data/README.md).
+LISTS_PAPER = Path(__file__).parent / "data" / "fgd_artefact_allocation_lists.csv"
+_LIST_PREFIX = "openb_pod_list_"
+
+
+def _seeds_by(path: Path, *columns: str) -> dict[Any, dict[int, tuple[float, float]]]:
+    """The (at 100 %, at 130 %) allocation ratios by seed, under the row's `columns`."""
+    found: dict[Any, dict[int, tuple[float, float]]] = defaultdict(dict)
     with path.open(newline="") as file:
         for row in csv.DictReader(file):
             pair = (float(row["allocation_at_100"]) / 100, float(row["allocation_at_130"]) / 100)
-            found[row["policy"]][int(row["seed"])] = pair
+            key = tuple(row[column].removeprefix(_LIST_PREFIX) for column in columns)
+            found[key[0] if len(key) == 1 else key][int(row["seed"])] = pair
     return dict(found)
+
+
+def paper_seeds(path: Path = PAPER) -> dict[str, dict[int, tuple[float, float]]]:
+    """Each policy's (at 100 %, at 130 %) allocation ratios by seed."""
+    return _seeds_by(path, "policy")
+
+
+def list_results(path: Path = LISTS_PAPER) -> dict[tuple[str, str], dict[int, tuple[float, float]]]:
+    """Per (task list, policy), the (at 100 %, at 130 %) allocation ratios by seed."""
+    return _seeds_by(path, "workload", "policy")
 
 
 def paper_results(path: Path = PAPER) -> dict[str, list[tuple[float, float]]]:
@@ -329,13 +352,276 @@ def section(records: Sequence[dict[str, Any]]) -> tuple[str, dict[str, str]]:
     return "\n".join(lines), images
 
 
-def write(results: Path) -> None:
+def list_runs(records: Sequence[dict[str, Any]]) -> dict[str, dict[int, tuple[float, float]]]:
+    """The extender's figures per task list and seed (as fractions), from the whole cluster
+    in the artefact's order with nothing else changed; a seed run again: its latest run."""
+    found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for record in records:
+        plain = (record["order"], record["every"], record["lag"], record["jitter"]) == (
+            "artefact", 1, 0, 0,
+        )  # fmt: skip
+        if plain and record["policy"] == "extender" and not record["batches"]:
+            pair = (record["at_100"] / 100, record["at_130"] / 100)
+            found[record["list"]][record["seed"]] = pair
+    return {name: dict(sorted(found[name].items())) for name in LISTS if name in found}
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def lists_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per task list, the extender's means beside FGD's and Best-fit's on the same seeds."""
+    published = list_results()
+    lines = [
+        "| task list | seeds | extender at 100 % | FGD | Best-fit | extender at 130 % | FGD "
+        "| Best-fit | extender − FGD at 100 % / 130 % |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = []
+    for name, runs in list_runs(records).items():
+        seeds = list(runs)
+        means = [
+            statistics.fmean(by_seed[seed][point] for seed in seeds)
+            for by_seed in (runs, published[name, "FGD"], published[name, "Best-fit"])
+            for point in (0, 1)
+        ]
+        rows.append((name, _seed_list(seeds), means))
+    if len(rows) > 1:
+        columns = zip(*(means for _, _, means in rows), strict=True)
+        rows.append((f"mean of {len(rows)}", "", [statistics.fmean(column) for column in columns]))
+    for name, seeds, (ours_100, ours_130, fgd_100, fgd_130, best_100, best_130) in rows:
+        lines.append(
+            f"| {name} | {seeds} | **{ours_100:.2%}** | {fgd_100:.2%} "
+            f"| {best_100:.2%} | **{ours_130:.2%}** | {fgd_130:.2%} | {best_130:.2%} "
+            f"| {(ours_100 - fgd_100) * 100:+.2f} / {(ours_130 - fgd_130) * 100:+.2f} |"
+        )
+    return lines
+
+
+def _mark(shape: str, centre_x: float, centre_y: float, colour: str, filled: bool) -> str:
+    """A circle or a square centred there, filled or hollow."""
+    style = f'fill="{colour if filled else "white"}" stroke="{colour}" stroke-width="2"'
+    if shape == "circle":
+        return f'<circle cx="{centre_x:.1f}" cy="{centre_y:.1f}" r="5" {style}/>'
+    return f'<rect x="{centre_x - 4:.1f}" y="{centre_y - 4:.1f}" width="8" height="8" {style}/>'
+
+
+def lists_plot(records: Sequence[dict[str, Any]]) -> str:
+    """Per task list, the extender's and Best-fit's mean less FGD's on the same seeds, in
+    points, at 100 % and at 130 %."""
+    published = list_results()
+    runs = list_runs(records)
+    width, left, top, row, right = 760, 110, 40, 22, 30
+    height = top + row * len(runs) + 50
+    low, high = -4.0, 1.0
+    plot_w = width - left - right
+
+    def x(value: float) -> float:
+        return left + (min(max(value, low), high) - low) / (high - low) * plot_w
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{left}" y="18" font-size="14">Placed GPUs against the FGD paper\'s FGD on '
+        "the same seeds, in points (beyond -4: at -4)</text>",
+    ]
+    bottom = top + row * len(runs)
+    for tick in range(int(low), int(high) + 1):
+        parts.append(
+            f'<line x1="{x(tick):.1f}" y1="{top - 8}" x2="{x(tick):.1f}" y2="{bottom}" '
+            f'stroke="{"#888" if tick == 0 else "#eee"}"/>'
+            f'<text x="{x(tick):.1f}" y="{bottom + 16}" text-anchor="middle">{tick:+d}</text>'
+        )
+    marks = (
+        ("extender at 100 %", "#1f77b4", "circle", 0, False),
+        ("extender at 130 %", "#1f77b4", "circle", 1, True),
+        ("Best-fit at 100 %", "#ff7f0e", "rect", 0, False),
+        ("Best-fit at 130 %", "#ff7f0e", "rect", 1, True),
+    )
+    for index, (name, by_seed) in enumerate(runs.items()):
+        middle = top + index * row + row / 2
+        parts.append(f'<text x="{left - 8}" y="{middle + 4:.1f}" text-anchor="end">{name}</text>')
+        fgd = published[name, "FGD"]
+        for _, colour, shape, point, filled in marks:
+            source = by_seed if shape == "circle" else published[name, "Best-fit"]
+            gap = statistics.fmean(source[seed][point] - fgd[seed][point] for seed in by_seed)
+            parts.append(_mark(shape, x(gap * 100), middle, colour, filled))
+    for index, (name, colour, shape, _, filled) in enumerate(marks):
+        at_x, at_y = left + index * 160, height - 12
+        parts.append(_mark(shape, at_x, at_y - 4, colour, filled))
+        parts.append(f'<text x="{at_x + 10}" y="{at_y}">{name}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def lists_section(records: Sequence[dict[str, Any]]) -> str:
+    """The Markdown between the lists' markers."""
+    return "\n".join([*lists_table(records), "", f"![the task lists](images/{LISTS_PLOT})"])
+
+
+def _between(doc: str, begin: str, end: str, text: str) -> str:
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{text}\n{end}{tail}"
+
+
+def write(results: Path, lists: Path = LISTS_RESULTS) -> None:
     records = read(results)
     text, images = section(records)
+    list_records = read(lists)
+    images[LISTS_PLOT] = lists_plot(list_records)
     IMAGES.mkdir(exist_ok=True)
     for name, svg in images.items():
         (IMAGES / name).write_text(svg)
-    doc = DOC.read_text()
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    doc = _between(DOC.read_text(), BEGIN, END, text)
+    DOC.write_text(_between(doc, LISTS_BEGIN, LISTS_END, lists_section(list_records)))
+
+
+# The departures replay (departures.py): its table and plot.
+DEPARTURES_BEGIN, DEPARTURES_END = "<!-- departures:begin -->", "<!-- departures:end -->"
+DEPARTURES_RESULTS = Path(__file__).parent / "results" / "departures.jsonl"
+DEPARTURES_PLOT = "packing-departures.svg"
+_DEPARTURE_POLICIES = {"default": "default profile", "extender": "extender", "fgd": "FGD"}
+_DAY = 86400
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as the largest unit that keeps them readable."""
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * _DAY:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / _DAY:.1f} d"
+
+
+def _latest(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int, Any], dict[str, Any]]:
+    """The last record of each (kind, policy, seed, bound)."""
+    return {
+        (record["kind"], record["policy"], record["seed"], record.get("bound_s")): record
+        for record in records
+    }
+
+
+def departures_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per policy, the replay on every node, then the fewest nodes for each bound."""
+    lines = [
+        "| policy | seed | nodes | GPUs | longest wait allowed | Pods that waited | median "
+        "wait | p95 | longest | peak allocation | mean allocation | longest wait, a node fewer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = list(_DEPARTURE_POLICIES)
+    latest = sorted(
+        _latest(records).values(),
+        key=lambda r: (r["kind"] != "whole", r.get("bound_s") or 0, order.index(r["policy"]),
+                       r["seed"]),
+    )  # fmt: skip
+    for record in latest:
+        bound = "(every node)" if record["kind"] == "whole" else _duration(record["bound_s"])
+        waited = record["waited"]
+        lines.append(
+            f"| {_DEPARTURE_POLICIES[record['policy']]} | {record['seed']} | {record['nodes']} | "
+            f"{record['gpus']} | {bound} | {waited} of {record['tasks']} | "
+            f"{_duration(record['wait_median_s']) if waited else '-'} | "
+            f"{_duration(record['wait_p95_s']) if waited else '-'} | "
+            f"{_duration(record['wait_max_s']) if waited else '-'} | "
+            f"{record['allocation_peak']:.2%} | {record['allocation_mean']:.2%} | "
+            f"{_duration(record['one_fewer_max_wait_s']) if record['kind'] == 'fewest' else '-'} |"
+        )
+    return lines
+
+
+def departures_plot(records: Sequence[dict[str, Any]], bound: int) -> str:
+    """GPUs allocated over the trace's busy part on every node, per policy, and the GPUs
+    each policy needs to keep every wait within `bound` seconds."""
+    latest = _latest(records)
+    wholes = [latest[key] for key in sorted(latest) if key[0] == "whole" and key[2] == 42]
+    needs = [latest[key] for key in sorted(latest) if key[0] == "fewest" and key[3] == bound
+             and key[2] == 42]  # fmt: skip
+    width, height, left, bottom, right, top = 760, 440, 60, 50, 250, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    first, last = wholes[0]["span_s"]
+    # GPUs on a log scale: the trace's demand (tens) and the clusters (hundreds to thousands).
+    high = 10 ** math.ceil(math.log10(max([record["gpus"] for record in needs] + [10])))
+
+    def x(seconds: float) -> float:
+        return left + (seconds - first) / (last - first) * plot_w
+
+    def y(gpus: float) -> float:
+        return top + (1 - math.log10(max(gpus, 1)) / math.log10(high)) * plot_h
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{left}" y="18" font-size="14">GPUs allocated, Pods leaving: the openb trace '
+        f"in its own time ({wholes[0]['nodes']} nodes, {wholes[0]['gpus']} GPUs)</text>",
+    ]
+    tick = 1
+    while tick <= high:
+        parts.append(
+            f'<line x1="{left}" y1="{y(tick):.1f}" x2="{left + plot_w}" y2="{y(tick):.1f}" '
+            f'stroke="#eee"/><text x="{left - 6}" y="{y(tick) + 4:.1f}" '
+            f'text-anchor="end">{tick}</text>'
+        )
+        tick *= 10
+    for day in range(math.ceil(first / _DAY), math.floor(last / _DAY) + 1, 5):
+        parts.append(
+            f'<text x="{x(day * _DAY):.1f}" y="{top + plot_h + 18}" '
+            f'text-anchor="middle">{day}</text>'
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2}" y="{height - 10}" text-anchor="middle">day of the '
+        "trace (the highest allocation in each stretch of 1.6 hours)</text>"
+    )
+    dashes = ("", ' stroke-dasharray="6 3"', ' stroke-dasharray="2 3"')
+    for index, record in enumerate(wholes):
+        colour = _COLOURS[list(_DEPARTURE_POLICIES).index(record["policy"])]
+        points = " ".join(
+            f"{x(when):.1f},{y(ratio * record['gpus']):.1f}" for when, ratio in record["curve"]
+        )
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dashes[index % 3]} '
+            f'points="{points}"/>'
+            f'<line x1="{left + plot_w + 8}" y1="{top + index * 18 + 1}" '
+            f'x2="{left + plot_w + 26}" y2="{top + index * 18 + 1}" stroke="{colour}" '
+            f'stroke-width="3"{dashes[index % 3]}/><text x="{left + plot_w + 30}" '
+            f'y="{top + index * 18 + 5}">{_DEPARTURE_POLICIES[record["policy"]]}, every node</text>'
+        )
+    for index, record in enumerate(needs):
+        colour = _COLOURS[list(_DEPARTURE_POLICIES).index(record["policy"])]
+        row = top + (len(wholes) + 1 + index) * 18
+        parts.append(
+            f'<line x1="{left}" y1="{y(record["gpus"]):.1f}" x2="{left + plot_w}" '
+            f'y2="{y(record["gpus"]):.1f}" stroke="{colour}" stroke-dasharray="8 4"/>'
+            f'<text x="{left + plot_w + 8}" y="{row + 5}">{_DEPARTURE_POLICIES[record["policy"]]}'
+            f" needs {record['gpus']} GPUs</text>"
+        )
+    parts.append(
+        f'<text x="{left + plot_w + 8}" y="{top + (len(wholes) + 1 + len(needs)) * 18 + 5}" '
+        f'fill="#555">(no Pod waiting over {_duration(bound)})</text>'
+    )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def write_departures(results: Path = DEPARTURES_RESULTS, bound: int = 600) -> None:
+    """The departures plot into docs/images and its table into docs/performance.md."""
+    records = read(results)
+    IMAGES.mkdir(exist_ok=True)
+    (IMAGES / DEPARTURES_PLOT).write_text(departures_plot(records, bound))
+    text = "\n".join(
+        [
+            *departures_table(records),
+            "",
+            f"![GPUs allocated, Pods leaving](images/{DEPARTURES_PLOT})",
+        ]
+    )
+    DOC.write_text(_between(DOC.read_text(), DEPARTURES_BEGIN, DEPARTURES_END, text))
