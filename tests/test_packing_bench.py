@@ -459,3 +459,15 @@ def test_offline_batches_show_the_extender_a_batch_of_pods_before_it_scores_the_
     assert 1 < first < len(tasks)
     assert known_when_scored[:first] == [first] * first
     assert known_when_scored[first] == batch_ends(tasks, gpus)[1]
+
+
+def test_a_replay_of_another_task_list_stays_out_of_the_trace_tables() -> None:
+    """A live replay of one of the artefact's other task lists (`run --list gpuspec25`)
+    appended to the trace's results must not count as a seed of the trace's own replay."""
+    trace = [
+        record for record in report.read(RESULTS) if record.get("list", "default") == "default"
+    ]
+    other = {**trace[0], "list": "gpuspec25", "seed": 999}
+    assert report.groups([*trace, other]) == report.groups(trace)
+    same_list = {**trace[0], "list": "default", "seed": 999}
+    assert report.groups([*trace, same_list]) != report.groups(trace)

@@ -4,6 +4,9 @@
     python -m bench.packing run --every 1 --seeds 42 --only dra-100
     python -m bench.packing run --every 1 --seeds 42 --only dra-100 --profiles fgd-extender \
         --orders artefact --one-at-a-time                        # as the FGD simulator schedules
+    python -m bench.packing run --every 20 --seeds 42 --only dra-100 --profiles fgd-extender \
+        --orders artefact --one-at-a-time --list gpuspec25 \
+        --results bench/packing/results/live_lists.jsonl         # another task list, live
     python -m bench.packing report                              # table and plots
 
 `run` appends one JSON line per replay to bench/packing/results/replays.jsonl; `report`
@@ -28,12 +31,14 @@ from . import report
 from .replay import PROFILES, Configuration, replay
 from .trace import (
     BATCHES,
+    LISTS,
     ONE_AT_A_TIME,
     ORDERS,
     TASKS_CSV,
     read_nodes,
     read_tasks,
     sample_nodes,
+    task_list,
     workload,
 )
 
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     nginx, binaries = tools.nginx(), tools.kube_binaries()
     nodes = sample_nodes(read_nodes(), args.every)
-    tasks = read_tasks()
+    source = task_list(args.list)
+    tasks = read_tasks(source)
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     runs = [
@@ -111,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         for configuration in chosen
     ]
     for seed, order, profile, configuration in runs:
-        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, order)
+        arrived = workload(tasks, sum(node.gpus for node in nodes), seed, order, source)
         print(
             f"{configuration.name}, {profile}, {order}, seed {seed}: {len(arrived)} tasks",
             flush=True,
@@ -122,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             log=lambda line: print(line, flush=True), order=order,
             creation=ONE_AT_A_TIME if args.one_at_a_time else BATCHES,
         )  # fmt: skip
-        record = {**asdict(result), "started": began, "load": report.load()}
+        record = {**asdict(result), "started": began, "load": report.load(), "list": args.list}
         with results.open("a") as file:
             file.write(json.dumps(record) + "\n")
     return 0
@@ -147,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="create each Pod once the scheduler has decided the one before, as the FGD "
         "artefact's simulator schedules, instead of each checkpoint's Pods at once",
+    )
+    runner.add_argument(
+        "--list", default="default", choices=LISTS, help="the FGD artefact's task list to replay"
     )
     runner.add_argument("--results", default=str(RESULTS), help="the JSON lines file to append to")
     commands.add_parser("report", help="write docs/performance.md's packing section and plots")

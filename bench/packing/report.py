@@ -114,6 +114,8 @@ def groups(
     once: its latest replay, which ran the code as it is (results are appended as they end)."""
     latest: dict[tuple[int, str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for record in records:
+        if record.get("list", "default") != "default":
+            continue  # another task list's replay: its own table
         key = (record["every"], record["profile"], record["configuration"], sequence(record))
         latest[key][record["seed"]] = record
     return {key: list(seeds.values()) for key, seeds in latest.items()}
