@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 from castslice.contract.definitions import CONTAINER_LISTS
-from castslice.contract.kube import ObjectMeta, PodSpec, ResourceRequirements
+from castslice.contract.kube import Container, ObjectMeta, PodSpec, ResourceRequirements
 
 # A Kubernetes quantity whose digits are all 0, with any suffix: "0", "0.0", "0Ki", "0e3".
 _ZERO_QUANTITY = re.compile(r"[+-]?(?:0+(?:\.0*)?|\.0+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
@@ -108,6 +108,7 @@ class GpuContainer(NamedTuple):
     path: str
     name: str
     resources: ResourceRequirements
+    manifest: Container
 
 
 @lru_cache(maxsize=64)
@@ -126,7 +127,9 @@ def gpu_containers(spec: PodSpec, gpu: str) -> list[GpuContainer]:
                 continue
             if gpu in (resources.get("requests") or {}) or gpu in (resources.get("limits") or {}):
                 name = container.get("name") or f"{list_name}[{index}]"
-                found_container = GpuContainer(f"/spec/{list_name}/{index}", name, resources)
+                found_container = GpuContainer(
+                    f"/spec/{list_name}/{index}", name, resources, container
+                )
                 # Templates write `gpu: 0` for "no GPU": such a container keeps what it has.
                 if not is_zero_quantity(asked_quantity(found_container, gpu)):
                     found.append(found_container)

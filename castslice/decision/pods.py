@@ -14,7 +14,7 @@ from fractions import Fraction
 from castslice.backends import LeftAlone, Placement, Placer
 from castslice.contract.definitions import APPLIED, DecisionRecord
 from castslice.contract.gpu_memory import MemoryCap, memory_cap, memory_env_operations
-from castslice.contract.kube import DEFAULT_SCHEDULER, Container, ObjectMeta, Pod, PodSpec
+from castslice.contract.kube import DEFAULT_SCHEDULER, ObjectMeta, Pod, PodSpec
 from castslice.contract.patch import (
     GpuContainer,
     PatchOperation,
@@ -138,9 +138,7 @@ class PodDecision:
             operations += [
                 operation
                 for container in containers
-                for operation in memory_env_operations(
-                    container.path, _container(spec, container.path), cap
-                )
+                for operation in memory_env_operations(container.path, container.manifest, cap)
             ]
         if config.scheduler_name:
             operations += scheduler_operations(spec, config.scheduler_name)
@@ -192,13 +190,6 @@ def _original(
         if warning:
             warnings.append(warning)
     return original
-
-
-def _container(spec: PodSpec, path: str) -> Container:
-    """The container at `path` (/spec/<list>/<index>) of `spec`."""
-    _, _, list_name, index = path.split("/")
-    containers: list[Container] = spec.get(list_name) or []  # type: ignore[assignment]
-    return containers[int(index)]
 
 
 def _not_a_pod_create(request: AdmissionRequest) -> str | None:
