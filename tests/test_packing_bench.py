@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from fractions import Fraction
@@ -30,6 +31,7 @@ from bench.packing.trace import (
     read_nodes,
     read_tasks,
     sample_nodes,
+    task_list,
     workload,
 )
 from castslice.environment import load_config
@@ -398,9 +400,56 @@ def test_fgd_itself_puts_a_share_on_the_gpu_it_scores_best_and_takes_the_lowest_
     assert placed.at_130 == 0.4
 
 
+def test_the_extender_is_asked_only_about_the_nodes_the_scheduler_s_filters_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As kube-scheduler asks it: not about a Pod that fits no node (which the extender would
+    otherwise count on its best-scored node for good), nor one that fits a single node."""
+    nodes = [TraceNode(f"node-{letter}", 8000, 32768, 1, "T4") for letter in "abc"]
+    whole = TraceTask("whole", 1000, 1024, 1, 1000, ())
+    pinned = TraceTask("pinned", 1000, 1024, 1, 1000, ("V100M32",))
+    too_big = TraceTask("too-big", 9000, 1024, 1, 500, ())
+    asked: list[tuple[str, list[str]]] = []
+    prioritize = cluster_view.ClusterView.prioritize
+
+    def recording(view: cluster_view.ClusterView, pod: dict, names: list[str]) -> list:
+        asked.append((pod["metadata"]["name"], sorted(names)))
+        return prioritize(view, pod, names)
+
+    monkeypatch.setattr(cluster_view.ClusterView, "prioritize", recording)
+    placed = place_all(nodes, [whole, pinned, too_big, whole, whole], "extender", seed=1)
+    assert placed.nodes == ("node-a", "", "", "node-b", "node-c")
+    assert asked == [
+        ("task-00000", ["node-a", "node-b", "node-c"]),
+        ("task-00003", ["node-b", "node-c"]),
+    ]
+
+
+def test_in_process_placements_are_the_live_replay_s_pod_by_pod() -> None:
+    """Each live replay recorded with `run --placements` (kube-scheduler with the extender,
+    one Pod at a time): the in-process harness puts every Pod where the live cluster did."""
+    recorded = [
+        json.loads(line)
+        for line in (RESULTS.parent / "live_placements.jsonl").read_text().splitlines()
+    ]
+    assert {record["list"] for record in recorded} >= {"default", "gpuspec25", "cpu100"}
+    for record in recorded:
+        assert (record["configuration"], record["profile"]) == ("dra-100", "fgd-extender")
+        assert record["creation"] == ONE_AT_A_TIME
+        source = task_list(record["list"])
+        nodes = sample_nodes(NODES, record["every"])
+        tasks = workload(
+            read_tasks(source), sum(n.gpus for n in nodes), record["seed"], record["order"], source
+        )
+        placed = place_all(nodes, tasks, "extender", record["seed"])
+        assert list(placed.nodes) == record["nodes"], record["list"]
+
+
 def test_counting_expected_pods_makes_the_watch_s_lag_cost_nothing() -> None:
+    """On the Pods the extender is asked about: here, until the first that fits one node
+    only, which kube-scheduler binds there without asking (the watch alone shows it)."""
     nodes = sample_nodes(NODES, 20)
-    tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42, order="shuffled")
+    tasks = workload(TASKS, sum(node.gpus for node in nodes), seed=42, order="shuffled")[:160]
     prompt = place_all(nodes, tasks, "extender", seed=42)
     # The view learning each binding four tasks late changes no placement...
     assert place_all(nodes, tasks, "extender", seed=42, lag=4).nodes == prompt.nodes

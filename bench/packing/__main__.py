@@ -129,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
             creation=ONE_AT_A_TIME if args.one_at_a_time else BATCHES,
         )  # fmt: skip
         record = {**asdict(result), "started": began, "load": report.load(), "list": args.list}
+        placements = record.pop("placements")
+        if args.placements:
+            with Path(args.placements).open("a") as file:
+                keys = ("configuration", "profile", "order", "creation", "every", "seed")
+                named = {key: record[key] for key in keys}
+                file.write(json.dumps({**named, "list": args.list, "nodes": placements}))
+                file.write("\n")
         with results.open("a") as file:
             file.write(json.dumps(record) + "\n")
     return 0
@@ -158,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         "--list", default="default", choices=LISTS, help="the FGD artefact's task list to replay"
     )
     runner.add_argument("--results", default=str(RESULTS), help="the JSON lines file to append to")
+    runner.add_argument(
+        "--placements",
+        help="a JSON lines file each replay's nodes, Pod by Pod, are appended to (empty: Pending)",
+    )
     commands.add_parser("report", help="write docs/performance.md's packing section and plots")
     args = parser.parse_args(argv)
     if args.command == "run":

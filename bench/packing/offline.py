@@ -50,6 +50,7 @@ from .extender_cost import (
     CAPACITY,
     bind,
     claim_manifest,
+    fitting_gpus,
     node_manifest,
     pod_manifest,
     slice_manifest,
@@ -162,14 +163,22 @@ def place_all(
             for ahead in range(shown, end):
                 add_arriving(view, *arriving(ahead, tasks[ahead]), tasks[ahead], shares)
             shown = end
-        if policy == "extender":
-            scores = view.prioritize(pod, names)
+        # kube-scheduler asks the extender about the nodes its filters pass, and only where
+        # they pass two or more: a Pod that fits nowhere is counted nowhere, and one that
+        # fits one node goes there unscored (the view learns of it from the watch).
+        feasible = [
+            name for name in names if fitting_gpus(scheduler.free(name), task, shares) is not None
+        ]
+        if len(feasible) < 2:
+            scores = [(name, 0) for name in feasible]
+        elif policy == "extender":
+            scores = view.prioritize(pod, feasible)
         elif policy == "extender-no-expect":
-            scores = tie_broken(view.scores(pod, names))
+            scores = tie_broken(view.scores(pod, feasible))
         else:
             # kube-scheduler's pick among equal totals, made up front: the best scores in a
             # random order (bind takes the first that fits, by score, stably).
-            scores = view.scores(pod, names)
+            scores = view.scores(pod, feasible)
             draw.shuffle(scores)
         learnt: list[tuple[str, str, Manifest]] = []
         unseen.append(learnt)

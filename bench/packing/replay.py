@@ -124,6 +124,9 @@ class Result:
     # (how many, mean seconds, and the histogram bucket bound that holds 99 % of them),
     # extender calls included.
     scheduler: dict[str, float] = field(default_factory=dict)
+    # Each Pod's node at the end ("": Pending), in the tasks' order: not recorded (run
+    # writes it to --placements), for comparing with the in-process harness Pod by Pod.
+    placements: list[str] = field(default_factory=list)
 
 
 def slice_ratio(config: Config, task: TraceTask) -> int:
@@ -529,3 +532,4 @@ def _replay(
             )
     if not pods:
         raise HarnessError("no Pod was created")
+    result.placements = [placed_on.get(f"task-{i:05d}", "") for i in range(len(tasks))]
