@@ -19,6 +19,7 @@ from bench.packing.departures import (
     spread,
     summary,
 )
+from bench.packing.departures_live import sample
 from bench.packing.extender_cost import CAPACITY, node_manifest, slice_manifest
 from bench.packing.trace import TraceNode, TraceTask, task_list
 from castslice.extender.cluster_view import ClusterView
@@ -179,3 +180,9 @@ def test_the_plot_draws_the_demand_on_every_node_and_the_gpus_each_policy_needs(
     # Five and ten GPUs allocated: the second point higher up the plot.
     heights = [float(point.split(",")[1]) for point in line.get("points", "").split()]
     assert heights[1] < heights[0]
+
+
+def test_the_live_sample_is_the_first_tasks_by_creation_time_ties_in_the_list_s_order() -> None:
+    stays = [Stay(_task(f"t{i}"), arrival, 10) for i, arrival in enumerate([5, 1, 5, 0])]
+    assert [stay.task.name for stay in sample(stays, 3)] == ["t3", "t1", "t0"]
+    assert [stay.task.name for stay in sample(stays, 9)] == ["t3", "t1", "t0", "t2"]

@@ -77,8 +77,10 @@ from .extender_cost import (
     CAPACITY,
     bind,
     claim_manifest,
+    feasible_nodes,
     fitting_gpus,
     node_manifest,
+    prioritized,
     slice_manifest,
 )
 from .offline import Remembered, add_arriving, arriving, fgd_pick, fgd_scorer, head_commit, shape_of
@@ -252,10 +254,8 @@ class Extender(_Claimed):
 
     def arrive(self, index: int, task: TraceTask) -> str | None:
         pod = self._created(index, task)
-        feasible = [name for name in self.names if self.fits(task, name)]
-        if not feasible:
-            return None
-        scores = self.view.prioritize(pod, feasible)
+        feasible = feasible_nodes(self.scheduler, task, self.names, self.shares)
+        scores = prioritized(self.view, pod, feasible)
         return bind(self.scheduler, pod, task, scores, self.shares, self._tell)
 
 

@@ -20,7 +20,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,6 +192,23 @@ def fitting_gpus(free: NodeFree | None, task: TraceTask, shares: int) -> list[in
     lefts = [milli * shares // MILLI for milli in free.gpu_milli]
     chosen = [index for index, left in enumerate(lefts) if left >= each][:devices]
     return chosen if len(chosen) == devices else None
+
+
+def feasible_nodes(
+    view: ClusterView, task: TraceTask, names: Sequence[str], shares: int
+) -> list[str]:
+    """The nodes of `names` that pass the scheduler's filters for `task` on `view`."""
+    return [name for name in names if fitting_gpus(view.free(name), task, shares) is not None]
+
+
+def prioritized(view: ClusterView, pod: Manifest, feasible: Sequence[str]) -> list[tuple[str, int]]:
+    """The extender's scores for `feasible`, asked as kube-scheduler asks: only when two or
+    more nodes pass its filters ("When only one node after predicate, just use it",
+    pkg/scheduler/schedule_one.go); a Pod that fits one node goes there unscored, and one
+    that fits none is counted nowhere, the watch alone showing them to the extender."""
+    if len(feasible) < 2:
+        return [(name, 0) for name in feasible]
+    return view.prioritize(pod, feasible)
 
 
 def bind(

@@ -50,9 +50,10 @@ from .extender_cost import (
     CAPACITY,
     bind,
     claim_manifest,
-    fitting_gpus,
+    feasible_nodes,
     node_manifest,
     pod_manifest,
+    prioritized,
     slice_manifest,
 )
 from .replay import batch_ends
@@ -100,6 +101,8 @@ class Placed:
     at_100: float
     at_130: float
     nodes: tuple[str, ...] = ()
+    # What each node has left at the end, by name.
+    left: tuple[tuple[str, NodeFree], ...] = ()
 
 
 def place_all(
@@ -163,16 +166,9 @@ def place_all(
             for ahead in range(shown, end):
                 add_arriving(view, *arriving(ahead, tasks[ahead]), tasks[ahead], shares)
             shown = end
-        # kube-scheduler asks the extender about the nodes its filters pass, and only where
-        # they pass two or more: a Pod that fits nowhere is counted nowhere, and one that
-        # fits one node goes there unscored (the view learns of it from the watch).
-        feasible = [
-            name for name in names if fitting_gpus(scheduler.free(name), task, shares) is not None
-        ]
-        if len(feasible) < 2:
-            scores = [(name, 0) for name in feasible]
-        elif policy == "extender":
-            scores = view.prioritize(pod, feasible)
+        feasible = feasible_nodes(scheduler, task, names, shares)
+        if policy == "extender" or len(feasible) < 2:
+            scores = prioritized(view, pod, feasible)
         elif policy == "extender-no-expect":
             scores = tie_broken(view.scores(pod, feasible))
         else:
@@ -194,8 +190,9 @@ def place_all(
         arrived += task.demand
         if at_100 is None and arrived >= gpus:
             at_100 = placed
+    left = tuple((name, free) for name in names if (free := scheduler.free(name)) is not None)
     return Placed(
-        seed, policy, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where)
+        seed, policy, float((at_100 or placed) / gpus), float(placed / gpus), tuple(where), left
     )
 
 

@@ -17,7 +17,7 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -68,7 +68,7 @@ _DECIDE_TIMEOUT = 300.0
 # One at a time, nothing is ever freed, so a Pod found unschedulable stays so: the
 # scheduler's retries of them every five minutes (its default) would only put thousands
 # of hopeless attempts ahead of each new Pod.
-_ONE_AT_A_TIME_SCHEDULER_FLAGS = ("--pod-max-in-unschedulable-pods-duration=24h",)
+ONE_AT_A_TIME_SCHEDULER_FLAGS = ("--pod-max-in-unschedulable-pods-duration=24h",)
 # The controller-manager makes each Pod's ResourceClaim and the scheduler binds it; at their
 # default rates (20 and 50 requests a second) ten thousand Pods take a quarter of an hour.
 _CLIENT_QPS = 300
@@ -318,7 +318,7 @@ def until_decided(core: kubernetes.client.CoreV1Api, name: str) -> None:
 
     def read() -> dict[str, Any]:
         answer = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
-        pod: dict[str, Any] = json.loads(_body(answer))
+        pod: dict[str, Any] = json.loads(read_body(answer))
         return pod
 
     wait_until(
@@ -355,15 +355,89 @@ def _pods(core: kubernetes.client.CoreV1Api, **selectors: str) -> list[dict[str,
     answer = core.list_namespaced_pod(
         NAMESPACE, label_selector="trace=openb", _preload_content=False, **selectors
     )
-    items: list[dict[str, Any]] = json.loads(_body(answer))["items"]
+    items: list[dict[str, Any]] = json.loads(read_body(answer))["items"]
     return items
 
 
-def _body(answer: Any) -> bytes:
+def read_body(answer: Any) -> bytes:
     """A raw answer's body, read to its end so that its connection can serve the next call."""
     data = answer.data
     answer.release_conn()
     return data
+
+
+@dataclass
+class Cluster:
+    """A running cluster with the trace's nodes, CastSlice registered and, for the extender's
+    profile, the extender beside it."""
+
+    plane: LocalControlPlane
+    core: kubernetes.client.CoreV1Api
+    labels: dict[str, dict[str, str]]
+    extender: ExtenderProcess | None
+
+
+@contextlib.contextmanager
+def running(
+    configuration: Configuration,
+    profile: str,
+    nodes: Sequence[TraceNode],
+    tasks: Sequence[TraceTask],
+    binaries: KubeBinaries,
+    nginx: Path,
+    scheduler_flags: Sequence[str] = (),
+) -> Iterator[Cluster]:
+    """The control plane under `profile`, CastSlice serving, the nodes (in the pools
+    `node_pools` gives `tasks`) Ready and the claim templates the tasks use applied."""
+    pools = node_pools(configuration, nodes, tasks)
+    labels = {
+        trace.name: node_manifest(configuration, trace, sharing)["metadata"]["labels"]
+        for trace, sharing in zip(nodes, pools, strict=True)
+    }
+    scheduler_config = PROFILES[profile]
+    extender = None
+    with contextlib.ExitStack() as stack:
+        if profile == FGD_EXTENDER:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fgd-")))
+            extender = ExtenderProcess(configuration.settings, workdir)
+            stack.callback(extender.stop)
+            scheduler_config = profile_for(extender.url, workdir)
+        plane = stack.enter_context(
+            LocalControlPlane(
+                binaries, scheduler_config=scheduler_config, client_qps=_CLIENT_QPS,
+                scheduler_flags=tuple(scheduler_flags),
+            )
+        )  # fmt: skip
+        server = stack.enter_context(CastSliceServer(nginx, configuration.settings))
+        if extender is not None:
+            extender.start(plane.kubeconfig)
+        api = plane.api_client()
+        register_and_wait(api, server)
+        create_namespace(api, NAMESPACE)
+        create_cluster_nodes(api, configuration, nodes, pools)
+        if configuration.claims:
+            apply_claim_templates(api, configuration, tasks)
+        yield Cluster(plane, kubernetes.client.CoreV1Api(api), labels, extender)
+
+
+def costs(cluster: Cluster, result: Result, log: Callable[[str], None]) -> None:
+    """kube-scheduler's and the extender's cost so far, into `result` and the log."""
+    result.scheduler = scheduler_cost(cluster.plane)
+    log(f"  kube-scheduler: {result.scheduler['attempts']:.0f} Pods scheduled, "
+        f"mean {result.scheduler['attempt_mean'] * 1000:.1f} ms, "
+        f"p99 {result.scheduler['attempt_p99'] * 1000:.0f} ms, "
+        f"{result.scheduler['cpu_seconds']:.1f} s CPU")  # fmt: skip
+    extender = cluster.extender
+    if extender is not None:
+        account = extender.state()
+        cpu, peak = extender.usage()
+        result.extender = {
+            "calls": account["calls"], "seconds": account["seconds"],
+            "cpu_seconds": cpu, "peak_rss": peak, "expectations": account["expectations"],
+        }  # fmt: skip
+        log(f"  extender: {account['calls']} calls, {account['seconds']:.1f} s in them, "
+            f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB; expected Pods: "
+            f"{account['expectations']}")  # fmt: skip
 
 
 def replay(
@@ -387,46 +461,11 @@ def replay(
         settings=configuration.settings, order=order, creation=creation,
     )  # fmt: skip
     started = time.monotonic()
-    pools = node_pools(configuration, nodes, tasks)
-    by_name = {f"task-{i:05d}": task for i, task in enumerate(tasks)}
-    labels = {
-        trace.name: node_manifest(configuration, trace, sharing)["metadata"]["labels"]
-        for trace, sharing in zip(nodes, pools, strict=True)
-    }
-    scheduler_config = PROFILES[profile]
-    extender = None
-    with contextlib.ExitStack() as stack:
-        if profile == FGD_EXTENDER:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fgd-")))
-            extender = ExtenderProcess(configuration.settings, workdir)
-            stack.callback(extender.stop)
-            scheduler_config = profile_for(extender.url, workdir)
-        plane = stack.enter_context(
-            LocalControlPlane(
-                binaries, scheduler_config=scheduler_config, client_qps=_CLIENT_QPS,
-                scheduler_flags=_ONE_AT_A_TIME_SCHEDULER_FLAGS if creation == ONE_AT_A_TIME else (),
-            )
-        )  # fmt: skip
-        server = stack.enter_context(CastSliceServer(nginx, configuration.settings))
-        if extender is not None:
-            extender.start(plane.kubeconfig)
-        _replay(configuration, nodes, tasks, plane, server, pools, labels, by_name, result,
-                started, log)  # fmt: skip
-        result.scheduler = scheduler_cost(plane)
-        log(f"  kube-scheduler: {result.scheduler['attempts']:.0f} Pods scheduled, "
-            f"mean {result.scheduler['attempt_mean'] * 1000:.1f} ms, "
-            f"p99 {result.scheduler['attempt_p99'] * 1000:.0f} ms, "
-            f"{result.scheduler['cpu_seconds']:.1f} s CPU")  # fmt: skip
-        if extender is not None:
-            account = extender.state()
-            cpu, peak = extender.usage()
-            result.extender = {
-                "calls": account["calls"], "seconds": account["seconds"],
-                "cpu_seconds": cpu, "peak_rss": peak, "expectations": account["expectations"],
-            }  # fmt: skip
-            log(f"  extender: {account['calls']} calls, {account['seconds']:.1f} s in them, "
-                f"{cpu:.1f} s CPU, peak RSS {peak / 2**20:.0f} MiB; expected Pods: "
-                f"{account['expectations']}")  # fmt: skip
+    flags = ONE_AT_A_TIME_SCHEDULER_FLAGS if creation == ONE_AT_A_TIME else ()
+    with running(configuration, profile, nodes, tasks, binaries, nginx, flags) as cluster:
+        log(f"  {len(nodes)} nodes ready after {time.monotonic() - started:.0f} s")
+        _replay(configuration, tasks, cluster, result, started, log)
+        costs(cluster, result, log)
     result.seconds = time.monotonic() - started
     return result
 
@@ -473,31 +512,20 @@ def batch_ends(tasks: Sequence[TraceTask], gpus: int) -> list[int]:
 
 def _replay(
     configuration: Configuration,
-    nodes: Sequence[TraceNode],
     tasks: Sequence[TraceTask],
-    plane: LocalControlPlane,
-    server: CastSliceServer,
-    pools: Sequence[int | None],
-    labels: dict[str, dict[str, str]],
-    by_name: dict[str, TraceTask],
+    cluster: Cluster,
     result: Result,
     started: float,
     log: Callable[[str], None],
 ) -> None:
     gpus = result.gpus
-    api = plane.api_client()
-    register_and_wait(api, server)
-    create_namespace(api, NAMESPACE)
-    create_cluster_nodes(api, configuration, nodes, pools)
-    if configuration.claims:
-        apply_claim_templates(api, configuration, tasks)
-    core = kubernetes.client.CoreV1Api(api)
-    log(f"  {len(nodes)} nodes ready after {time.monotonic() - started:.0f} s")
+    core, labels = cluster.core, cluster.labels
+    by_name = {f"task-{i:05d}": task for i, task in enumerate(tasks)}
     arrived, submitted = Fraction(0), 0
     manifests = [pod_manifest(configuration, i, task) for i, task in enumerate(tasks)]
 
     def create(body: dict[str, Any]) -> None:
-        _body(core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
+        read_body(core.create_namespaced_pod(NAMESPACE, body, _preload_content=False))
 
     with ThreadPoolExecutor(_CREATORS) as creators:
         for end in batch_ends(tasks, gpus):
