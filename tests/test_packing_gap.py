@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from bench.packing import report
 from bench.packing.gap import bound, left_free, most_placed
 from bench.packing.offline import Placed
-from bench.packing.trace import TraceNode, TraceTask
+from bench.packing.trace import LISTS, TraceNode, TraceTask
 from castslice.extender.fragmentation import NodeFree
 
 
@@ -65,3 +66,14 @@ def test_gpus_left_free_are_put_down_to_the_first_reason_no_pending_task_takes_t
     placed = Placed(1, "extender", 0.0, 0.0, ("full", "", ""), left)
     free = left_free(tasks, placed)
     assert free == pytest.approx({"model": 0.05, "cpu": 0.1, "memory": 0.1, "gpus": 0.06})
+
+
+def test_the_docs_show_the_recorded_bounds_and_every_free_gpu_is_accounted_for() -> None:
+    records = report.read(report.GAP_RESULTS)
+    assert {record["list"] for record in records} == set(LISTS)
+    for record in records:
+        assert record["extender_100"] <= record["bound_100"] <= 100
+        assert record["extender_130"] <= record["bound_130"] <= 100
+        free = sum(record["left_free"].values())
+        assert free + record["extender_130"] == pytest.approx(100, abs=0.01)
+    assert "\n".join(report.gap_table(records)) in report.DOC.read_text()

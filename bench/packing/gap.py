@@ -27,7 +27,9 @@ GPUs than it has), none fits its free CPU, none its free memory, or the free GPU
 too few or their free shares too small for every one that would fit otherwise. Nothing
 leaves, so a Pending task fits no node at the end either.
 
-    python -m bench.packing.gap --lists default,gpuspec25 --seeds 42
+    python -m bench.packing.gap --lists default,gpuspec25 --seeds 42 \\
+        --record bench/packing/results/gap.jsonl
+    python -m bench.packing.gap --report   # the table in docs/performance.md
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from scipy.sparse import lil_matrix  # type: ignore[import-untyped]
 
 from castslice.extender.fragmentation import NodeFree
 
+from . import report
 from .offline import Placed, head_commit, place_all
 from .trace import (
     LISTS,
@@ -193,7 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order", default="artefact", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
     parser.add_argument("--record", type=Path, help="a JSON Lines file the figures go to")
+    parser.add_argument(
+        "--report", action="store_true", help=f"only write the table of {RESULTS.name} into docs/"
+    )
     args = parser.parse_args(argv)
+    if args.report:
+        report.write_gap(RESULTS)
+        return 0
     lists = args.lists.split(",")
     wrong = [name for name in lists if name not in LISTS]
     if wrong:

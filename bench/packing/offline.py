@@ -2,19 +2,19 @@
 process, for as many seeds as wanted.
 
 No cluster: each task in turn (the replay's workload and order) arrives as a Pod with its
-ResourceClaim (`dra` at S shares per GPU), the extender's own view scores the nodes as it
-answers kube-scheduler, and the Pod is bound on the best-scored node it fits, as the
-scheduler's filters and the DRA allocator's first fit would place it (`extender_cost.bind`),
-before the next one arrives. Ties are broken as the extender breaks them (`tie_broken`: the
-lowest node name) or, as `extender-random-ties`, at random among the best nodes, as
-kube-scheduler breaks ties between equal totals; `fgd` places the same tasks as the FGD
-paper's simulator would (`place_fgd`), the oracle to compare with on the same workloads.
-Left out, and so what a live replay adds: the scheduler's queue and retries, the watch's
-lag, and the Pods the watch shows before kube-scheduler reaches them; `--lag`, `--jitter`
-and `--batches` model the lag, the order a live cluster takes Pods in, and the batches the
-replay creates them in. A seed takes one to three minutes where a live replay takes 45 to
-90, so this gives the ten seeds a live replay cannot; the live replay of one seed checks it
-(docs/performance.md).
+ResourceClaim (`dra` at S shares per GPU), the extender's own view scores the nodes that
+pass the scheduler's filters, as it answers kube-scheduler (asked only where two or more
+pass: `extender_cost.prioritized`), and the Pod is bound on the best-scored node, with the
+DRA allocator's first fit (`extender_cost.bind`), before the next one arrives. Ties are
+broken as the extender breaks them (`tie_broken`: the lowest node name) or, as
+`extender-random-ties`, at random among the best nodes, as kube-scheduler breaks ties
+between equal totals; `fgd` places the same tasks as the FGD paper's simulator would
+(`place_fgd`), the oracle to compare with on the same workloads. Left out, and so what a
+live replay adds: the scheduler's queue and retries, the watch's lag, and the Pods the watch
+shows before kube-scheduler reaches them; `--lag`, `--jitter` and `--batches` model the lag,
+the order a live cluster takes Pods in, and the batches the replay creates them in. A seed
+takes 20 seconds to three minutes where a live replay takes 45 to 90, so this gives the ten
+seeds a live replay cannot; the live replay of one seed checks it (docs/performance.md).
 
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
 """

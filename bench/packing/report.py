@@ -627,3 +627,35 @@ def write_departures(results: Path = DEPARTURES_RESULTS, bound: int = 600) -> No
         ]
     )
     DOC.write_text(_between(DOC.read_text(), DEPARTURES_BEGIN, DEPARTURES_END, text))
+
+
+GAP_RESULTS = REPO / "bench" / "packing" / "results" / "gap.jsonl"
+GAP_BEGIN, GAP_END = "<!-- gap:begin -->", "<!-- gap:end -->"
+
+
+def gap_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per task list and seed (its latest record): the bound beside the extender at both
+    points, and the GPUs it leaves free at the end by why they stay free."""
+    latest = {(record["list"], record["seed"]): record for record in records}
+    lines = [
+        "| task list | seed | bound at 100 % | extender | bound at 130 % | extender "
+        "| free at the end: no Pending task's model | CPU | memory | GPUs or shares |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {name: place for place, name in enumerate(LISTS)}
+    for name, seed in sorted(latest, key=lambda key: (order.get(key[0], len(order)), key[1])):
+        record = latest[name, seed]
+        free = record["left_free"]
+        lines.append(
+            f"| {name} | {seed} | {record['bound_100']:.2f}% | **{record['extender_100']:.2f}%** "
+            f"| {record['bound_130']:.2f}% | **{record['extender_130']:.2f}%** "
+            f"| {free['model']:.2f}% | {free['cpu']:.2f}% | {free['memory']:.2f}% "
+            f"| {free['gpus']:.2f}% |"
+        )
+    return lines
+
+
+def write_gap(results: Path = GAP_RESULTS) -> None:
+    """The bound's table into docs/performance.md."""
+    text = "\n".join(gap_table(read(results)))
+    DOC.write_text(_between(DOC.read_text(), GAP_BEGIN, GAP_END, text))
