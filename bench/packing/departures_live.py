@@ -72,9 +72,9 @@ def _read(core: kubernetes.client.CoreV1Api, name: str) -> dict[str, Any]:
     return pod
 
 
-def _queue(cluster: Cluster) -> tuple[float, float]:
-    """Pods queued or backing off, and attempts made so far."""
-    queued = attempts = 0.0
+def _queue(cluster: Cluster) -> tuple[float, float, float]:
+    """Pods queued or backing off, attempts made so far, and those that scheduled a Pod."""
+    queued = attempts = scheduled = 0.0
     for family in text_string_to_metric_families(cluster.plane.scheduler_metrics()):
         if family.name == "scheduler_pending_pods":
             queued += sum(
@@ -83,22 +83,46 @@ def _queue(cluster: Cluster) -> tuple[float, float]:
                 if sample.labels.get("queue") in ("active", "backoff")
             )
         elif family.name == "scheduler_schedule_attempts":
-            attempts += sum(
-                sample.value for sample in family.samples if sample.name.endswith("_total")
-            )
-    return queued, attempts
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    attempts += sample.value
+                    if sample.labels.get("result") == "scheduled":
+                        scheduled += sample.value
+    return queued, attempts, scheduled
 
 
-def _quiet(cluster: Cluster) -> None:
+def _quiet(cluster: Cluster) -> float:
+    """Wait until the scheduler's queue is quiet; the Pods it has scheduled so far."""
     last: list[float] = []
+    scheduled = [0.0]
 
     def settled() -> bool:
-        queued, attempts = _queue(cluster)
+        queued, attempts, scheduled[0] = _queue(cluster)
         done = not queued and last == [attempts]
         last[:] = [attempts]
         return done
 
     wait_until(settled, timeout=_GONE_TIMEOUT, what="the scheduler's queue", interval=_QUIET)
+    return scheduled[0]
+
+
+def _bound(
+    core: kubernetes.client.CoreV1Api, waiting: Sequence[str], expected: float
+) -> dict[str, dict[str, Any]]:
+    """The Pods of `waiting` bound, once `expected` of them are: a Pod the scheduler has
+    scheduled is bound only after its binding cycle (its claim's status, then the binding)."""
+    bound: dict[str, dict[str, Any]] = {}
+
+    def caught_up() -> bool:
+        for name in waiting:
+            if name not in bound:
+                pod = _read(core, name)
+                if pod["spec"].get("nodeName"):
+                    bound[name] = pod
+        return len(bound) >= expected
+
+    wait_until(caught_up, timeout=_GONE_TIMEOUT, what="the Pods scheduled to be bound")
+    return bound
 
 
 def live(
@@ -122,8 +146,11 @@ def live(
     curve: list[tuple[int, float]] = []
     next_arrival = 0
 
+    started: list[int] = []
+
     def start(index: int, pod: dict[str, Any], now: int) -> None:
         nonlocal placed
+        started.append(index)
         where[index] = pod["spec"]["nodeName"]
         waits[index] = now - stays[index].arrival
         placed += stays[index].task.demand
@@ -157,15 +184,13 @@ def live(
         for index in leaving:
             wait_until(lambda i=index: gone(i), timeout=_GONE_TIMEOUT, what="a claim to go")
         if leaving and waiting:
-            _quiet(cluster)
-            still = []
+            bound = _bound(
+                core, [names[index] for index in waiting], _quiet(cluster) - len(started)
+            )
             for index in waiting:
-                pod = _read(core, names[index])
-                if pod["spec"].get("nodeName"):
-                    start(index, pod, now)
-                else:
-                    still.append(index)
-            waiting = still
+                if names[index] in bound:
+                    start(index, bound[names[index]], now)
+            waiting = [index for index in waiting if names[index] not in bound]
         while next_arrival < len(arrivals) and stays[arrivals[next_arrival]].arrival == now:
             index = arrivals[next_arrival]
             next_arrival += 1
