@@ -186,3 +186,19 @@ def test_the_live_sample_is_the_first_tasks_by_creation_time_ties_in_the_list_s_
     stays = [Stay(_task(f"t{i}"), arrival, 10) for i, arrival in enumerate([5, 1, 5, 0])]
     assert [stay.task.name for stay in sample(stays, 3)] == ["t3", "t1", "t0"]
     assert [stay.task.name for stay in sample(stays, 9)] == ["t3", "t1", "t0", "t2"]
+
+
+def test_the_docs_show_each_recorded_live_sample_beside_the_process() -> None:
+    path = report.REPO / "bench" / "packing" / "results" / "departures_live.jsonl"
+    records = report.read(path)
+    assert records
+    text = report.DOC.read_text()
+    for record in records:
+        assert record["tasks"] == len(record["where"]) == len(record["waits"])
+        waited = sum(1 for wait in record["waits"] if wait)
+        assert waited == record["live"]["waited"]
+        row = (
+            f"| {record['commit']} | {waited} | {record['in_process']['waited']} "
+            f"| {record['same_wait']} |"
+        )
+        assert row in text
