@@ -346,11 +346,16 @@ class Run:
         return max((wait for wait in self.waits if wait is not None), default=0)
 
 
+def arrival_order(stays: Sequence[Stay]) -> list[int]:
+    """The stays' indices by arrival time, ties in the list's order."""
+    return sorted(range(len(stays)), key=lambda index: (stays[index].arrival, index))
+
+
 def replay(stays: Sequence[Stay], policy: Policy, gpus: int, bound: float = math.inf) -> Run:
     """Every task arrives at its time, waits if it fits no node, and leaves its lifetime
     after it is placed. `bound`: stop once a task has waited longer (the run then only
     says the bound was not kept)."""
-    arrivals = sorted(range(len(stays)), key=lambda index: (stays[index].arrival, index))
+    arrivals = arrival_order(stays)
     departures: list[tuple[int, int, str]] = []
     waits: list[int | None] = [None] * len(stays)
     waiting: list[int] = []

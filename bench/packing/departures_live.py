@@ -34,7 +34,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import tools
 from tests.procs import wait_until
 
-from .departures import Run, Stay, policy_for, read_stays, replay, spread, summary
+from .departures import (
+    Run,
+    Stay,
+    arrival_order,
+    policy_for,
+    read_stays,
+    replay,
+    spread,
+    summary,
+)
 from .offline import head_commit
 from .replay import (
     FGD_EXTENDER,
@@ -44,6 +53,7 @@ from .replay import (
     Configuration,
     pod_manifest,
     read_body,
+    read_pod,
     running,
     until_decided,
 )
@@ -61,15 +71,7 @@ _GONE_TIMEOUT = 120.0
 
 def sample(stays: Sequence[Stay], count: int) -> list[Stay]:
     """The first `count` tasks by creation time (ties in the list's order)."""
-    order = sorted(range(len(stays)), key=lambda index: (stays[index].arrival, index))
-    return [stays[index] for index in order[:count]]
-
-
-def _read(core: kubernetes.client.CoreV1Api, name: str) -> dict[str, Any]:
-    pod: dict[str, Any] = json.loads(
-        read_body(core.read_namespaced_pod(name, NAMESPACE, _preload_content=False))
-    )
-    return pod
+    return [stays[index] for index in arrival_order(stays)[:count]]
 
 
 def _queue(cluster: Cluster) -> tuple[float, float, float]:
@@ -116,7 +118,7 @@ def _bound(
     def caught_up() -> bool:
         for name in waiting:
             if name not in bound:
-                pod = _read(core, name)
+                pod = read_pod(core, name)
                 if pod["spec"].get("nodeName"):
                     bound[name] = pod
         return len(bound) >= expected
@@ -136,7 +138,7 @@ def live(
     resource = kubernetes.client.ResourceV1Api(cluster.plane.api_client())
     names = [f"task-{index:05d}" for index in range(len(stays))]
     manifests = [pod_manifest(CONFIGURATION, i, stay.task) for i, stay in enumerate(stays)]
-    arrivals = sorted(range(len(stays)), key=lambda index: (stays[index].arrival, index))
+    arrivals = arrival_order(stays)
     departures: list[tuple[int, int]] = []
     waits: list[int | None] = [None] * len(stays)
     where = [""] * len(stays)
@@ -198,7 +200,7 @@ def live(
                 core.create_namespaced_pod(NAMESPACE, manifests[index], _preload_content=False)
             )
             until_decided(core, names[index])
-            pod = _read(core, names[index])
+            pod = read_pod(core, names[index])
             if pod["spec"].get("nodeName"):
                 start(index, pod, now)
             else:

@@ -313,16 +313,17 @@ def decided(pod: dict[str, Any]) -> bool:
     )
 
 
+def read_pod(core: kubernetes.client.CoreV1Api, name: str) -> dict[str, Any]:
+    """Pod `name` of the replay's namespace, as JSON."""
+    answer = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
+    pod: dict[str, Any] = json.loads(read_body(answer))
+    return pod
+
+
 def until_decided(core: kubernetes.client.CoreV1Api, name: str) -> None:
     """Wait until the scheduler has decided Pod `name`: bound, or found unschedulable."""
-
-    def read() -> dict[str, Any]:
-        answer = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
-        pod: dict[str, Any] = json.loads(read_body(answer))
-        return pod
-
     wait_until(
-        lambda: decided(read()),
+        lambda: decided(read_pod(core, name)),
         timeout=_DECIDE_TIMEOUT,
         what=f"the scheduler to decide Pod {name}",
         interval=0.02,
