@@ -25,6 +25,7 @@ from castslice.extender.fragmentation import (
     XR_LACK_CPU,
     NodeFree,
     PodShape,
+    Scorer,
     extender_score,
     fgd_score,
     first_fit,
@@ -183,6 +184,26 @@ def test_the_packing_key_breaks_fgd_s_ties_towards_the_fuller_node() -> None:
     assert fuller > emptier
 
 
+def test_whole_gpus_that_fgd_scores_alike_go_to_the_lowest_name_not_the_fuller_node() -> None:
+    """Sent to the fuller node, whole GPUs placed less on the FGD artefact's task lists
+    (cpu100: half a point); shares and CPU-only Pods keep the packing key."""
+    fuller = NodeFree(8000, (0, 1000, 1000, 1000))
+    emptier = NodeFree(8000, (1000,) * 4)
+    whole, share, cpu_only = PodShape(1000, 1000, 1), PodShape(1000, 500, 1), PodShape(1000)
+    for pod, best in ((whole, "a-emptier"), (share, "b-fuller"), (cpu_only, "b-fuller")):
+        assert fgd_score(fuller, pod, HALF_AND_WHOLE) == fgd_score(emptier, pod, HALF_AND_WHOLE)
+        scored = tie_broken(
+            [
+                ("b-fuller", extender_score(fuller, pod, HALF_AND_WHOLE, {})),
+                ("a-emptier", extender_score(emptier, pod, HALF_AND_WHOLE, {})),
+            ]
+        )
+        assert max(scored, key=lambda item: item[1])[0] == best, pod
+        assert Scorer(HALF_AND_WHOLE, {}).score(fuller, pod) == extender_score(
+            fuller, pod, HALF_AND_WHOLE, {}
+        )
+
+
 # A few Pods pinned to T4 among many that run anywhere: too few to move FGD's whole-point
 # score, which truncates, so the nodes below tie on it.
 RARELY_PINNED = [(PodShape(1000, 1000, 1, ("T4",)), 0.02), (PodShape(1000, 1000, 1), 0.98)]
@@ -259,7 +280,7 @@ def test_a_pod_free_to_choose_leaves_the_small_model_its_few_pinned_pods_need() 
 
 
 def test_models_whose_pinned_pods_want_the_same_tenth_leave_it_to_the_fuller_node() -> None:
-    anywhere = PodShape(1000, 1000, 1)
+    anywhere = PodShape(1000, 500, 1)
     # Of 7,512 GPUs: G2's load 0.04 x 7,512 / 4,392 = 0.07, G3's 0.02 x 7,512 / 3,120 = 0.05.
     gpus = {"G2": 4392, "G3": 3120}
     typical = [*PINNED_TO_BOTH[::2], (PodShape(1000, 1000, 1, ("G3",)), 0.02)]

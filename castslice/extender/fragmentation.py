@@ -304,6 +304,20 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
+def packs_by_fullness(pod: PodShape) -> bool:
+    """Whether the packing key breaks the Pod's ties: for a share of a GPU or no GPU, not
+    for whole GPUs, whose ties go to the lowest node name as FGD's do. Whole GPUs sent to
+    the fuller node placed less on every task list of the FGD artefact where the choice
+    mattered (cpu100 0.5 points at 100 % over three seeds, cpu200 0.26, multigpu40 0.09),
+    and on none more (docs/performance.md); shares and CPU-only Pods need the key (without
+    it gpushare100 lost 0.14, cpu100's CPU-only Pods 1.6)."""
+    return not pod.gpus or pod.gpu_milli < MILLI
+
+
+def _tie_key(node: NodeFree, pod: PodShape) -> int:
+    return packing_key(node) if packs_by_fullness(pod) else 0
+
+
 # The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its
 # pinned Pods are expected to ask for (`pinned_load`), so models wanted alike tie and the
 # fuller node decides among them.
@@ -390,14 +404,14 @@ def extender_score(
 ) -> int:
     """FGD's score for the GPU the allocator will pick, x TIE_RANGE, plus the tie key: the
     node's model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE
-    plus the packing key of the node once the Pod is placed."""
+    plus the packing key of the node once the Pod is placed (`packs_by_fullness`)."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
     fgd = fgd_score(node, pod, typical, gpu, measure)
     return (
         fgd * TIE_RANGE
         + model_place(node, pod, typical, gpus_per_model) * KEY_RANGE
-        + packing_key(after or node)
+        + _tie_key(after or node, pod)
     )
 
 
@@ -489,7 +503,7 @@ class Scorer:
         left = node.gpu_milli
         place = self._place(node, pod)
         if pod.asks_nothing:
-            return MAX_NODE_SCORE * TIE_RANGE + place + packing_key(node)
+            return MAX_NODE_SCORE * TIE_RANGE + place + _tie_key(node, pod)
         cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
         after: list[int] | None = None
         if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
@@ -511,14 +525,16 @@ class Scorer:
             else:
                 after = list(left)
         if after is None:
-            return place + packing_key(node)
+            return place + _tie_key(node, pod)
         if before is None:
             before = self.fragmentation(node)
         measured = self._fragmentation(
             self._key(after, node.model, cpu_after, memory_after, node.pool)
         )
-        kept = min(sum(after), _KEY_SPAN)
-        key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
+        key = 0
+        if packs_by_fullness(pod):
+            kept = min(sum(after), _KEY_SPAN)
+            key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
         return _gradient_score(before, measured) * TIE_RANGE + place + key
 
     def _place(self, node: NodeFree, pod: PodShape) -> int:
