@@ -26,6 +26,8 @@ from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
     Scorer,
+    TypicalPods,
+    cpu_scarcer,
     extender_score,
     fgd_score,
     first_fit,
@@ -184,24 +186,63 @@ def test_the_packing_key_breaks_fgd_s_ties_towards_the_fuller_node() -> None:
     assert fuller > emptier
 
 
+FULLER = NodeFree(8000, (0, 1000, 1000, 1000))
+EMPTIER = NodeFree(8000, (1000,) * 4)
+
+
+def best_of_fuller_and_emptier(pod: PodShape, typical: TypicalPods, cpu_per_gpu: float) -> str:
+    """The node the extender sends `pod` to of two FGD scores alike, the emptier one having
+    the lower name; its fast score checked against the reference on both."""
+    scorer = Scorer(typical, {}, cpu_per_gpu)
+    scored = []
+    for name, node in (("b-fuller", FULLER), ("a-emptier", EMPTIER)):
+        assert fgd_score(node, pod, typical) == fgd_score(EMPTIER, pod, typical)
+        score = extender_score(node, pod, typical, {}, cpu_per_gpu=cpu_per_gpu)
+        assert scorer.score(node, pod) == score
+        scored.append((name, score))
+    return max(tie_broken(scored), key=lambda item: item[1])[0]
+
+
 def test_whole_gpus_that_fgd_scores_alike_go_to_the_lowest_name_not_the_fuller_node() -> None:
     """Sent to the fuller node, whole GPUs placed less on the FGD artefact's task lists
-    (cpu100: half a point); shares and CPU-only Pods keep the packing key."""
-    fuller = NodeFree(8000, (0, 1000, 1000, 1000))
-    emptier = NodeFree(8000, (1000,) * 4)
+    (cpu100: a quarter of a point); shares and CPU-only Pods keep the packing key."""
     whole, share, cpu_only = PodShape(1000, 1000, 1), PodShape(1000, 500, 1), PodShape(1000)
-    for pod, best in ((whole, "a-emptier"), (share, "b-fuller"), (cpu_only, "b-fuller")):
-        assert fgd_score(fuller, pod, HALF_AND_WHOLE) == fgd_score(emptier, pod, HALF_AND_WHOLE)
-        scored = tie_broken(
-            [
-                ("b-fuller", extender_score(fuller, pod, HALF_AND_WHOLE, {})),
-                ("a-emptier", extender_score(emptier, pod, HALF_AND_WHOLE, {})),
-            ]
-        )
-        assert max(scored, key=lambda item: item[1])[0] == best, pod
-        assert Scorer(HALF_AND_WHOLE, {}).score(fuller, pod) == extender_score(
-            fuller, pod, HALF_AND_WHOLE, {}
-        )
+    assert best_of_fuller_and_emptier(whole, HALF_AND_WHOLE, 0.0) == "a-emptier"
+    assert best_of_fuller_and_emptier(share, HALF_AND_WHOLE, 0.0) == "b-fuller"
+    assert best_of_fuller_and_emptier(cpu_only, HALF_AND_WHOLE, 0.0) == "b-fuller"
+
+
+# Half the Pods CPU-only with 6 CPUs, half a whole GPU with 2: 8 CPUs per GPU asked.
+CPU_HUNGRY = [(PodShape(6000), 0.5), (PodShape(2000, 1000, 1), 0.5)]
+
+
+def test_the_cpu_a_cluster_runs_out_of_first_is_the_typical_pods_per_gpu_against_its_own() -> None:
+    assert not cpu_scarcer(CPU_HUNGRY, 0.0)  # the nodes' CPU not known
+    assert not cpu_scarcer(CPU_HUNGRY, 8.0)  # 8 CPUs per GPU on the nodes: as much as asked
+    assert cpu_scarcer(CPU_HUNGRY, 7.9)
+    assert not cpu_scarcer([(PodShape(6000), 1.0)], 1.0)  # no GPU asked
+
+
+def test_shares_tie_by_name_where_the_cluster_runs_out_of_cpu_first() -> None:
+    """cpu250, where CPU-only Pods ask as much of the CPU as GPU Pods of the GPUs: shares
+    packed on the fuller node spent the CPU the CPU-only Pods then lacked (0.4 points)."""
+    share, cpu_only = PodShape(2000, 500, 1), PodShape(6000)
+    typical = [*CPU_HUNGRY, (share, 0.0)]
+    # 16 CPUs per GPU on the nodes: CPU to spare, the fuller node.
+    assert best_of_fuller_and_emptier(share, typical, 16.0) == "b-fuller"
+    # 4 per GPU: the lowest name, as for whole GPUs; CPU-only Pods keep the fuller node.
+    assert best_of_fuller_and_emptier(share, typical, 4.0) == "a-emptier"
+    assert best_of_fuller_and_emptier(cpu_only, typical, 4.0) == "b-fuller"
+
+
+def test_the_view_counts_the_cpu_of_the_nodes_with_gpus_per_gpu() -> None:
+    view = ClusterView(CAPACITY, S)
+    view.replace("nodes", [_node("a", cpu="16"), _node("b", cpu="8"), _node("cpu-only", cpu="64")])
+    view.replace("resourceslices", [_slice("a", 2), _slice("b", 2)])
+    assert view.watched.cpu_per_gpu() == 24000 / 4000
+    view.apply("resourceslices", "DELETED", _slice("b", 2))
+    assert view.watched.cpu_per_gpu() == 16000 / 2000
+    assert ClusterView(CAPACITY, S).watched.cpu_per_gpu() == 0.0
 
 
 # A few Pods pinned to T4 among many that run anywhere: too few to move FGD's whole-point

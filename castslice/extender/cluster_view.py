@@ -46,8 +46,9 @@ class ClusterView:
         self._typical: list[tuple[PodShape, float]] | None = None
         self._learnt_from = 0
         self._gpus_per_model: dict[str, int] = {}
-        # Whether `_gpus_per_model` is still the nodes' count: no node or ResourceSlice
-        # changed since.
+        self._cpu_per_gpu = 0.0
+        # Whether `_gpus_per_model` and `_cpu_per_gpu` are still the nodes': no node or
+        # ResourceSlice changed since.
         self._gpus_counted = False
         self._scorer = Scorer([], {})
         # A number per Pod shape asked about, so each node's remembered scores are looked
@@ -111,19 +112,21 @@ class ClusterView:
         watched = self.watched
         watched.resolve()
         # Nodes that join or leave change what a model's pinned Pods want of it.
-        gpus_per_model = self._gpus_per_model
+        gpus_per_model, cpu_per_gpu = self._gpus_per_model, self._cpu_per_gpu
         if not self._gpus_counted:
-            gpus_per_model, self._gpus_counted = watched.gpus_per_model(), True
+            gpus_per_model, cpu_per_gpu = watched.gpus_per_model(), watched.cpu_per_gpu()
+            self._gpus_counted = True
         if (
             self._typical is None
             or watched.resolved >= self._learnt_from * _RELEARN
             or gpus_per_model != self._gpus_per_model
+            or cpu_per_gpu != self._cpu_per_gpu
         ):
             shapes = [pod.shape for pod in watched.pods.values() if pod.shape is not None]
             self._typical = typical_pods(shapes)
             self._learnt_from = watched.resolved = len(shapes)
-            self._gpus_per_model = gpus_per_model
-            self._scorer = Scorer(self._typical, gpus_per_model)
+            self._gpus_per_model, self._cpu_per_gpu = gpus_per_model, cpu_per_gpu
+            self._scorer = Scorer(self._typical, gpus_per_model, cpu_per_gpu)
             # Every score was over the old typical Pods; the free resources stay.
             for known in self.frees.known.values():
                 known.scores.clear()

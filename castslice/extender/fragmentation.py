@@ -304,18 +304,32 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
-def packs_by_fullness(pod: PodShape) -> bool:
-    """Whether the packing key breaks the Pod's ties: for a share of a GPU or no GPU, not
-    for whole GPUs, whose ties go to the lowest node name as FGD's do. Whole GPUs sent to
-    the fuller node placed less on every task list of the FGD artefact where the choice
-    mattered (cpu100 0.5 points at 100 % over three seeds, cpu200 0.26, multigpu40 0.09),
-    and on none more (docs/performance.md); shares and CPU-only Pods need the key (without
-    it gpushare100 lost 0.14, cpu100's CPU-only Pods 1.6)."""
-    return not pod.gpus or pod.gpu_milli < MILLI
+def cpu_scarcer(typical: TypicalPods, cpu_per_gpu: float) -> bool:
+    """Whether the typical Pods ask more CPU thousandths per GPU thousandth than the nodes
+    with GPUs have (`cpu_per_gpu`; 0: not known, and so no): the cluster runs out of CPU
+    before it runs out of GPUs."""
+    gpu = sum(frequency * pod.gpus * pod.gpu_milli for pod, frequency in typical)
+    cpu = sum(frequency * pod.cpu_milli for pod, frequency in typical)
+    return cpu_per_gpu > 0 and gpu > 0 and cpu > cpu_per_gpu * gpu
 
 
-def _tie_key(node: NodeFree, pod: PodShape) -> int:
-    return packing_key(node) if packs_by_fullness(pod) else 0
+def packs_by_fullness(pod: PodShape, cpu_scarce: bool = False) -> bool:
+    """Whether the packing key breaks the Pod's ties: always for a Pod without GPUs, for a
+    share of a GPU unless the cluster runs out of CPU first (`cpu_scarcer`), never for whole
+    GPUs; the others' ties go to the lowest node name, as FGD's do. Measured on the FGD
+    artefact's fourteen task lists over ten seeds (docs/performance.md): whole GPUs sent to
+    the fuller node placed less wherever the choice mattered (0.27 points on cpu100, 0.12 on
+    default) and more on none; shares sent there placed 0.14 points more on gpushare100
+    (three seeds) but 0.41 less where CPU-only Pods ask as much of the CPU as the GPU Pods of
+    the GPUs (cpu250: the packed nodes' CPU is what the CPU-only Pods then lack); CPU-only
+    Pods without the key placed 1.6 points less on cpu100."""
+    if not pod.gpus:
+        return True
+    return pod.gpu_milli < MILLI and not cpu_scarce
+
+
+def _tie_key(node: NodeFree, pod: PodShape, cpu_scarce: bool) -> int:
+    return packing_key(node) if packs_by_fullness(pod, cpu_scarce) else 0
 
 
 # The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its
@@ -401,17 +415,19 @@ def extender_score(
     typical: TypicalPods,
     gpus_per_model: GpusPerModel,
     measure: Fragmentation | None = None,
+    cpu_per_gpu: float = 0.0,
 ) -> int:
     """FGD's score for the GPU the allocator will pick, x TIE_RANGE, plus the tie key: the
     node's model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE
-    plus the packing key of the node once the Pod is placed (`packs_by_fullness`)."""
+    plus the packing key of the node once the Pod is placed (`packs_by_fullness`, over the
+    GPU nodes' `cpu_per_gpu`)."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
     fgd = fgd_score(node, pod, typical, gpu, measure)
     return (
         fgd * TIE_RANGE
         + model_place(node, pod, typical, gpus_per_model) * KEY_RANGE
-        + _tie_key(after or node, pod)
+        + _tie_key(after or node, pod, cpu_scarcer(typical, cpu_per_gpu))
     )
 
 
@@ -434,9 +450,12 @@ class Scorer:
     `fragmentation` adds it, so every float comes out bit for bit the same (a test
     compares them on random and trace nodes)."""
 
-    def __init__(self, typical: TypicalPods, gpus_per_model: GpusPerModel) -> None:
+    def __init__(
+        self, typical: TypicalPods, gpus_per_model: GpusPerModel, cpu_per_gpu: float = 0.0
+    ) -> None:
         self.typical = list(typical)
         self._loads = pinned_load(typical, gpus_per_model)
+        self._cpu_scarce = cpu_scarcer(typical, cpu_per_gpu)
         self._cpus = sorted({pod.cpu_milli for pod, _ in typical})
         self._memories = sorted({pod.memory for pod, _ in typical})
         cpu_index = {cpu: index for index, cpu in enumerate(self._cpus)}
@@ -503,7 +522,7 @@ class Scorer:
         left = node.gpu_milli
         place = self._place(node, pod)
         if pod.asks_nothing:
-            return MAX_NODE_SCORE * TIE_RANGE + place + _tie_key(node, pod)
+            return MAX_NODE_SCORE * TIE_RANGE + place + _tie_key(node, pod, self._cpu_scarce)
         cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
         after: list[int] | None = None
         if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
@@ -525,14 +544,14 @@ class Scorer:
             else:
                 after = list(left)
         if after is None:
-            return place + _tie_key(node, pod)
+            return place + _tie_key(node, pod, self._cpu_scarce)
         if before is None:
             before = self.fragmentation(node)
         measured = self._fragmentation(
             self._key(after, node.model, cpu_after, memory_after, node.pool)
         )
         key = 0
-        if packs_by_fullness(pod):
+        if packs_by_fullness(pod, self._cpu_scarce):
             kept = min(sum(after), _KEY_SPAN)
             key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
         return _gradient_score(before, measured) * TIE_RANGE + place + key

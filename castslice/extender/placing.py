@@ -270,12 +270,19 @@ class _Placer:
 
 def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scorer:
     """The extender's score over the typical Pods of the whole workload, its pinned Pods
-    weighed against the GPUs of each model `nodes` have (`cluster` keeps their mix)."""
+    weighed against the GPUs of each model `nodes` have and its CPU against their CPU per
+    GPU (`cluster` keeps their mix)."""
     gpus_per_model: Counter[str] = Counter()
     for node in nodes:
         if node.model:
             gpus_per_model[node.model] += node.gpus
-    return Scorer(typical_pods(arrival.shape for arrival in arrivals), gpus_per_model)
+    gpus = sum(node.gpus for node in nodes)
+    cpu = sum(node.cpu_milli for node in nodes if node.gpus)
+    return Scorer(
+        typical_pods(arrival.shape for arrival in arrivals),
+        gpus_per_model,
+        cpu / (gpus * MILLI) if gpus else 0.0,
+    )
 
 
 def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:

@@ -278,9 +278,21 @@ class Watched:
         gpus: dict[str, int] = {}
         for name, node in self.nodes.items():
             if node.model:
-                count = node.gpus if self.pools is not None else len(self.devices_of(name))
-                gpus[node.model] = gpus.get(node.model, 0) + count
+                gpus[node.model] = gpus.get(node.model, 0) + self._gpus_on(name, node)
         return gpus
+
+    def cpu_per_gpu(self) -> float:
+        """The CPU thousandths the nodes with GPUs have per GPU thousandth (0: no GPUs)."""
+        cpu = gpus = 0
+        for name, node in self.nodes.items():
+            count = self._gpus_on(name, node)
+            if count:
+                cpu += node.cpu_milli
+                gpus += count
+        return cpu / (gpus * MILLI) if gpus else 0.0
+
+    def _gpus_on(self, name: str, node: Node) -> int:
+        return node.gpus if self.pools is not None else len(self.devices_of(name))
 
     def devices_of(self, node: str) -> list[tuple[str, int]]:
         """(device key, shares offered) of the node's GPUs, in the order the allocator's
