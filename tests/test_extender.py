@@ -245,6 +245,25 @@ def test_the_view_counts_the_cpu_of_the_nodes_with_gpus_per_gpu() -> None:
     assert ClusterView(CAPACITY, S).watched.cpu_per_gpu() == 0.0
 
 
+@pytest.mark.parametrize(("node_cpu", "best"), [("64", "b"), ("16", "a")])
+def test_the_view_ties_shares_by_name_once_its_nodes_cpu_is_scarcer(
+    node_cpu: str, best: str
+) -> None:
+    """A CPU-only Pod of 12 CPUs and two halves of a GPU seen: 14 CPUs asked per GPU. On
+    nodes of 2 GPUs and 64 CPUs a half goes to the fuller node b; with 16 CPUs, to a."""
+    view = ClusterView(CAPACITY, S)
+    view.replace("nodes", [_node("a", cpu=node_cpu), _node("b", cpu=node_cpu)])
+    view.replace("resourceslices", [_slice("a", 2), _slice("b", 2)])
+    device = view.watched.devices_of("b")[0][0].rsplit("/", 1)[-1]
+    view.replace(
+        "resourceclaims", [_claim("held", S // 2, on=("b", device)), _claim("new", S // 2)]
+    )
+    view.replace("pods", [_pod("cpu", None, cpu="12"), _pod("held", "held", node="b")])
+    assert view.recounted("b") == NodeFree(int(node_cpu) * 1000 - 1000, (500, 1000), "T4", 63 * GIB)
+    scored = view.prioritize(_pod("newcomer", "new"), ["a", "b"])
+    assert max(scored, key=lambda item: item[1])[0] == best
+
+
 # A few Pods pinned to T4 among many that run anywhere: too few to move FGD's whole-point
 # score, which truncates, so the nodes below tie on it.
 RARELY_PINNED = [(PodShape(1000, 1000, 1, ("T4",)), 0.02), (PodShape(1000, 1000, 1), 0.98)]

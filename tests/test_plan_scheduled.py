@@ -12,7 +12,21 @@ import pytest
 from bench.packing.offline import place_all
 from bench.packing.trace import NODES_CSV, TraceNode, TraceTask, read_tasks
 from castslice.environment import load_config
-from castslice.extender.placing import NodeKind, cluster, fewest, placements, scorer_for
+from castslice.extender.fragmentation import (
+    NodeFree,
+    PodShape,
+    Scorer,
+    extender_score,
+    typical_pods,
+)
+from castslice.extender.placing import (
+    Arrival,
+    NodeKind,
+    cluster,
+    fewest,
+    placements,
+    scorer_for,
+)
 from castslice.inspect.plan import (
     Nodes,
     WorkloadError,
@@ -217,3 +231,18 @@ def test_tasks_arrive_by_their_creation_time_not_their_row(tmp_path: Path) -> No
     done = plan_trace(tmp_path, trace, "--gpus-per-node", "1", "-o", "json")
     scheduled = json.loads(done.stdout)["scheduled"]
     assert (scheduled["gpus"], scheduled["pendingWithOneNodeFewer"]) == (2, "overlapping")
+
+
+def test_the_count_weighs_the_tasks_cpu_against_the_nodes_cpu_per_gpu() -> None:
+    """Tasks asking 14 CPUs per GPU on nodes of 8: shares tie by name, not to the fuller
+    node, as the extender's view scores them once its nodes' CPU is the scarcer."""
+    nodes = [NodeKind("a", 16000, 65536, 2), NodeKind("b", 16000, 65536, 2)]
+    share = PodShape(1000, 500, 1)
+    arrivals = [Arrival(PodShape(12000), "cpu"), Arrival(share, "one"), Arrival(share, "two")]
+    scorer = scorer_for(nodes, arrivals)
+    fuller, emptier = NodeFree(15000, (500, 1000)), NodeFree(16000, (1000, 1000))
+    typical = typical_pods(arrival.shape for arrival in arrivals)
+    for node in (fuller, emptier):
+        assert scorer.score(node, share) == extender_score(node, share, typical, {}, None, 8.0)
+    assert scorer.score(fuller, share) == scorer.score(emptier, share)
+    assert Scorer(typical, {}).score(fuller, share) > Scorer(typical, {}).score(emptier, share)
