@@ -317,12 +317,12 @@ def packs_by_fullness(pod: PodShape, cpu_scarce: bool = False) -> bool:
     """Whether the packing key breaks the Pod's ties: always for a Pod without GPUs, for a
     share of a GPU unless the cluster runs out of CPU first (`cpu_scarcer`), never for whole
     GPUs; the others' ties go to the lowest node name, as FGD's do. Measured on the FGD
-    artefact's fourteen task lists over ten seeds (docs/performance.md): whole GPUs sent to
-    the fuller node placed less wherever the choice mattered (0.27 points on cpu100, 0.12 on
-    default) and more on none; shares sent there placed 0.14 points more on gpushare100
-    (three seeds) but 0.41 less where CPU-only Pods ask as much of the CPU as the GPU Pods of
-    the GPUs (cpu250: the packed nodes' CPU is what the CPU-only Pods then lack); CPU-only
-    Pods without the key placed 1.6 points less on cpu100."""
+    artefact's fourteen task lists over ten seeds (docs/performance.md): whole GPUs tied by
+    name placed as much or more on thirteen lists (cpu100 0.27 points more, default 0.12);
+    shares sent to the fuller node placed 0.14 points more on gpushare100 (three seeds), but
+    on cpu250, the one list whose Pods ask more CPU per GPU than the nodes have, shares tied
+    by name placed 0.43 more (the packed nodes' CPU is what its CPU-only Pods then lack);
+    CPU-only Pods without the key placed 1.6 points less on cpu100."""
     if not pod.gpus:
         return True
     return pod.gpu_milli < MILLI and not cpu_scarce
