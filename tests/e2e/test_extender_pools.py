@@ -47,14 +47,14 @@ def cluster(nginx: Path, with_extender: bool) -> contextlib.AbstractContextManag
 def test_the_extender_keeps_two_gpus_together_for_a_two_gpu_pod(
     nginx: Path, with_extender: bool
 ) -> None:
-    """Two one-GPU Pods, the second pulled (weight 100) away from the first's node, then a
-    two-GPU Pod. Default scoring spreads them, and the last finds no node with two GPUs
-    free; the extender puts the second beside the first (its packing key: FGD is level),
-    and the last runs. The sharing node never takes a whole-GPU Pod: it offers only the
-    shared resource."""
+    """Two one-GPU Pods, then a two-GPU Pod. Default scoring spreads them, and the last
+    finds no node with two GPUs free; the extender puts the second beside the first (FGD
+    is level, and whole GPUs go to the lowest node name, as FGD's ties do), and the last
+    runs. The sharing node never takes a whole-GPU Pod: it offers only the shared
+    resource."""
     with cluster(nginx, with_extender) as made:
         first = made.place(ONE)
-        second = made.place(ONE, away_from=first)
+        second = made.place(ONE)
         last = made.place(TWO)
         if made.extender is not None:
             assert made.extender.state()["calls"] >= 2
