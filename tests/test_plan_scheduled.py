@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
+import jsonpatch
 import pytest
 
+from bench.packing.extender_cost import CAPACITY, bind_pool
 from bench.packing.offline import place_all
+from bench.packing.replay import Configuration, node_manifest, pod_manifest
 from bench.packing.trace import NODES_CSV, TraceNode, TraceTask, read_tasks
+from castslice.decision.admission import Admission
 from castslice.environment import load_config
+from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import (
+    WHOLE,
     NodeFree,
     PodShape,
     Scorer,
@@ -22,11 +29,14 @@ from castslice.extender.fragmentation import (
 from castslice.extender.placing import (
     Arrival,
     NodeKind,
+    PoolCount,
     cluster,
     fewest,
     placements,
+    pooled_cluster,
     scorer_for,
 )
+from castslice.extender.watching import Pools
 from castslice.inspect.plan import (
     Nodes,
     WorkloadError,
@@ -246,3 +256,106 @@ def test_the_count_weighs_the_tasks_cpu_against_the_nodes_cpu_per_gpu() -> None:
         assert scorer.score(node, share) == extender_score(node, share, typical, {}, None, 8.0)
     assert scorer.score(fuller, share) == scorer.score(emptier, share)
     assert Scorer(typical, {}).score(fuller, share) > Scorer(typical, {}).score(emptier, share)
+
+
+def test_plan_s_pools_replayed_through_the_extender_s_pool_view_place_all_not_one_fewer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    workload = tmp_path / "head.csv"
+    workload.write_text(trace_head(300))
+    result = json.loads(
+        plan_in_process(monkeypatch, capsys, {}, "plan", "--trace", str(workload), "--nodes",
+                        str(NODES_CSV), "--backend", "nvidia", "-o", "json")
+    )  # fmt: skip
+    scheduled = result["scheduled"]
+    # Today's backend, named on the command line, with the settings plan recommends over it.
+    environment = {"CASTSLICE_BACKEND": "nvidia"} | result["recommendation"]["environment"]
+    configuration = Configuration("plan", environment)
+    assert configuration.config.backend == "nvidia"
+    counts = {part["pool"]: part["nodes"] for part in scheduled["pools"]}
+    # Shares of two degrees and whole GPUs, each on nodes of their own.
+    assert len(counts) == 3 and WHOLE in counts
+    assert sum(counts.values()) == scheduled["nodes"]
+    tasks = read_tasks(workload)
+    assert _pool_replay(configuration, tasks, counts) is None
+    for part in scheduled["pools"]:
+        fewer = counts | {part["pool"]: counts[part["pool"]] - 1}
+        pending = _pool_replay(configuration, tasks, fewer)
+        assert pending is not None
+        assert tasks[pending].name == part["pendingWithOneNodeFewer"]
+
+
+def _pool_replay(
+    configuration: Configuration, tasks: list[TraceTask], counts: dict[str, int]
+) -> int | None:
+    """The first task left Pending when the extender's own view of node pools (the
+    device plugin's nodes, each in its pool, and the Pods as the webhook rewrites them,
+    all shown up front as plan counts them) places each on its best-scored node in turn."""
+    config = configuration.config
+    nodes = pooled_cluster(NODE_LIST, counts)
+    view = ClusterView(CAPACITY, config.slices_per_gpu, config.gpu_resource,
+                       Pools(configuration.backend))  # fmt: skip
+    view.replace("nodes", [
+        node_manifest(configuration, TraceNode(node.name, node.cpu_milli, node.memory_mib,
+                                               node.gpus, node.model),
+                      None if node.pool == WHOLE else int(node.pool))
+        for node in nodes
+    ])  # fmt: skip
+    admission = Admission(config)
+    pods = []
+    for index, task in enumerate(tasks):
+        pod = pod_manifest(configuration, index, task)
+        pod["metadata"] |= {"namespace": "trace", "uid": pod["metadata"]["name"]}
+        review = {
+            "uid": str(index),
+            "operation": "CREATE",
+            "namespace": "trace",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "object": pod,
+        }
+        answer = admission.review(review).response  # fmt: skip
+        if "patch" in answer:
+            pod = jsonpatch.apply_patch(pod, json.loads(answer["patch"]))
+        pods.append(pod | {"status": {"phase": "Pending"}})
+    view.replace("pods", pods)
+    names = sorted(node.name for node in nodes)
+    for index, pod in enumerate(pods):
+        if bind_pool(view, pod, view.scores(pod, names)) is None:
+            return index
+    return None
+
+
+def test_each_pool_s_tasks_go_only_to_its_own_nodes_and_each_pool_is_counted_apart() -> None:
+    trace = HEADER + "quarter,1000,1024,1,250,\nhalf,1000,1024,1,500,\nwhole,1000,1024,1,1000,\n"
+    config = load_config({"CASTSLICE_BACKEND": "nvidia", "CASTSLICE_SHARING_DEGREES": "2,4"})
+    arrivals = arrivals_of(config, tasks_from_trace(trace))
+    assert [arrival.shape.pool for arrival in arrivals] == ["4", "2", WHOLE]
+    node = [NodeKind("n", 64000, 262144, 1)]
+    # Shares of a GPU would pack the quarter and the half on one node; pools keep them apart.
+    placed = fewest(node, arrivals)
+    assert placed.pools == (
+        PoolCount("2", 1, 1, "half"), PoolCount("4", 1, 1, "quarter"),
+        PoolCount(WHOLE, 1, 1, "whole"),
+    )  # fmt: skip
+    assert (placed.nodes, placed.gpus) == (3, 3)
+    nodes = pooled_cluster(node, {"2": 1, "4": 1, WHOLE: 1})
+    assert placements(nodes, arrivals, scorer_for(node, arrivals)) == ["4-n", "2-n", "whole-n"]
+    untagged = [replace(arrival, shape=replace(arrival.shape, pool="")) for arrival in arrivals]
+    assert (fewest(node, untagged).nodes, fewest(node, untagged).pools) == (2, ())
+
+
+def test_a_backend_that_cuts_gpus_into_instances_is_not_counted_and_says_why(
+    tmp_path: Path,
+) -> None:
+    trace = HEADER + "a,1000,1024,1,500,\nb,1000,1024,1,1000,\n"
+    done = plan_trace(tmp_path, trace, "--backend", "mig", "--gpus-per-node", "1")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Placed by kube-scheduler with the extender: not counted: mig cuts GPUs into "
+        "instances ahead of the Pods, as the layout above says" in done.stdout
+    )
+    result = json.loads(
+        plan_trace(tmp_path, trace, "--backend", "mig", "--gpus-per-node", "1", "-o", "json").stdout
+    )
+    assert result["scheduled"] is None
+    assert result["notScheduled"].startswith("mig cuts GPUs into instances")

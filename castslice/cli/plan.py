@@ -27,6 +27,7 @@ from castslice.cli.preview import POD_KIND, manifest_kind, preview
 from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
 from castslice.decision.workloads import kind_of, read_templates
+from castslice.extender.fragmentation import WHOLE
 from castslice.inspect.plan import (
     GPUS_PER_NODE,
     Estimate,
@@ -37,6 +38,7 @@ from castslice.inspect.plan import (
     environment_of,
     nodes_from_list,
     plan,
+    pool_label,
     tasks_from_pod,
     tasks_from_trace,
     uniform_nodes,
@@ -351,9 +353,19 @@ def scheduled_lines(result: Plan) -> list[str]:
     the workload, beside what perfect packing needs."""
     placed = result.scheduled
     if placed is None:
-        return []
+        return (
+            [f"Placed by kube-scheduler with the extender: not counted: {result.unscheduled}."]
+            if result.unscheduled
+            else []
+        )
     how = "with its departures" if placed.departures else "every task staying"
     fewer = f"; one node fewer leaves {placed.short} Pending" if placed.short else ""
+    if placed.pools:
+        fewer = "; " + "; ".join(
+            f"pool '{pool_label(part.pool)}': {_gpus(part.gpus)} on {_node_count(part.nodes)}"
+            + (f" (one fewer leaves {part.short} Pending)" if part.short else "")
+            for part in sorted(placed.pools, key=lambda part: part.pool == WHOLE)
+        )
     packed = (
         f"{_gpus(placed.floor)} if every share packed perfectly at the busiest moment"
         if placed.departures
@@ -361,7 +373,7 @@ def scheduled_lines(result: Plan) -> list[str]:
     )
     return [
         f"Placed by kube-scheduler with the extender ({result.best.name}, in process, in the "
-        f"input's order, {how}): {_gpus(placed.gpus)} on {placed.nodes} nodes {result.nodes}"
+        f"input's order, {how}): {_gpus(placed.gpus)} on {_node_count(placed.nodes)} {result.nodes}"
         f"{fewer}; {packed}."
     ]
 
@@ -430,6 +442,10 @@ def _settings(settings: dict[str, Any]) -> str:
 
 def _gpus(count: int) -> str:
     return f"{count} GPU" + ("" if count == 1 else "s")
+
+
+def _node_count(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")
 
 
 def _fewer(count: int) -> str:

@@ -86,6 +86,17 @@ class NodeFree:
         return sum(self.gpu_milli)
 
 
+# The pool of whole-GPU nodes, beside the sharing pools named by their degree.
+WHOLE = "whole"
+
+
+def client_milli(pool: str) -> int:
+    """The thousandths of one GPU a client of `pool` holds: 1/M of it on a pool of degree M
+    (each client on a GPU of its own, as the `distributed` policy spreads them), all of it on
+    the whole-GPU pool."""
+    return MILLI if pool == WHOLE else MILLI // int(pool)
+
+
 TypicalPods = Sequence[tuple[PodShape, float]]
 
 

@@ -19,14 +19,15 @@ no task waits: a task that fits no node when it arrives counts as a failure (the
 would leave it Pending). Placement need not be monotone in the nodes given, so the search
 (growing by a quarter, then halving the interval) finds a count where every task is placed
 and one node fewer leaves one Pending; a smaller cluster further down that places every
-task is not ruled out.
+task is not ruled out. Where GPUs are shared by node pools, each pool is such a cluster of
+its own, and a task's GPUs come only from its pool's (`fewest`).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from castslice.extender.fragmentation import (
@@ -47,13 +48,15 @@ UNBOUNDED = 1 << 62
 @dataclass(frozen=True)
 class NodeKind:
     """One node of the input: its name, allocatable CPU (thousandths) and memory (MiB), its
-    GPUs and their model ("" for any)."""
+    GPUs and their model ("" for any), and its node pool."""
 
     name: str
     cpu_milli: int
     memory_mib: int
     gpus: int
     model: str = ""
+    # The node pool it is in, where GPUs are shared by node pools ("": none).
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,30 @@ class Arrival:
 
 
 @dataclass(frozen=True)
+class PoolCount:
+    """One node pool's part of a count: its nodes and their GPUs, and the first task left
+    Pending with one node fewer in that pool ("": none)."""
+
+    pool: str
+    nodes: int
+    gpus: int
+    short: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "pool": self.pool,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "pendingWithOneNodeFewer": self.short,
+        }
+
+
+@dataclass(frozen=True)
 class Scheduled:
     """The fewest nodes (and their GPUs) on which every task is placed when it arrives;
     `short`: the first task left Pending on one node fewer; `departures`: whether tasks
-    left."""
+    left; `pools`: each node pool's part where GPUs are shared by node pools (`short` is
+    then the first pool's)."""
 
     nodes: int
     gpus: int
@@ -80,6 +103,7 @@ class Scheduled:
     # GPUs if every share packed perfectly at the busiest moment (all at once without
     # departures).
     floor: int
+    pools: tuple[PoolCount, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -88,7 +112,7 @@ class Scheduled:
             "departures": self.departures,
             "pendingWithOneNodeFewer": self.short,
             "perfectPackingAtPeak": self.floor,
-        }
+        } | ({"pools": [pool.as_dict() for pool in self.pools]} if self.pools else {})
 
 
 def cluster(nodes: Sequence[NodeKind], count: int) -> list[NodeKind]:
@@ -138,10 +162,7 @@ def _place(
     nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: Scorer, stop: bool
 ) -> tuple[list[str], int | None]:
     """Where each task goes, and the first left Pending; with `stop`, placing ends there."""
-    free = [
-        NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib)
-        for node in nodes
-    ]
+    free = [_empty(node) for node in nodes]
     ranks = [0] * len(nodes)
     for rank, index in enumerate(sorted(range(len(nodes)), key=lambda i: nodes[i].name)):
         ranks[index] = rank
@@ -289,46 +310,114 @@ def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:
     """The fewest nodes of `cluster(nodes, n)` on which every task is placed, found by
     growing the count by a quarter from the nodes whose GPUs the peak GPU demand fills, then
     halving the interval.
+
+    Where the tasks' GPUs come from node pools, each pool is a cluster of its own
+    (`pooled_cluster`): the count first grows and halves the nodes of all pools together,
+    split by each pool's peak demand, then lowers each pool's own count while every task is
+    still placed, until none can give up a node. Tasks that ask no GPU go to any pool's
+    nodes.
     Every task must fit an empty node of some kind (ValueError naming the first that does
     not; `unplaceable` names them all)."""
-    scorer = scorer_for(nodes, arrivals)
-    departures = any(arrival.leaves is not None for arrival in arrivals)
-    demand = peak_demand(arrivals)
-    order = cluster(nodes, len(nodes))
-    per_node = sum(node.gpus for node in order) / len(order)
-    start = max(1, int(demand / MILLI / per_node)) if per_node else 1
-    results: dict[int, int | None] = {}
-
-    def pending(count: int) -> int | None:
-        if count not in results:
-            results[count] = first_pending(cluster(nodes, count), arrivals, scorer)
-        return results[count]
-
     unfit = unplaceable(nodes, arrivals)
     if unfit:
         raise ValueError(f"{unfit[0]} fits no empty node of the list")
+    scorer = scorer_for(nodes, arrivals)
+    departures = any(arrival.leaves is not None for arrival in arrivals)
+    pools = _pools(arrivals)
+    demands = [
+        peak_demand([arrival for arrival in arrivals if arrival.shape.pool == pool])
+        for pool in pools
+    ]
+    order = cluster(nodes, len(nodes))
+    per_node = sum(node.gpus for node in order) / len(order)
+    start = max(len(pools), int(sum(demands) / MILLI / per_node)) if per_node else len(pools)
+    results: dict[tuple[int, ...], int | None] = {}
+
+    def pending(counts: tuple[int, ...]) -> int | None:
+        if counts not in results:
+            chosen = pooled_cluster(nodes, dict(zip(pools, counts, strict=True)))
+            results[counts] = first_pending(chosen, arrivals, scorer)
+        return results[counts]
+
+    def split(total: int) -> tuple[int, ...]:
+        return _split(total, demands)
+
     low, high = 0, start
     # Past this, every task could have an empty node of each kind to itself.
-    enough = len(nodes) * max(1, len(arrivals))
-    while pending(high) is not None and high < enough:
+    enough = max(start, len(nodes) * max(1, len(arrivals)))
+    while pending(split(high)) is not None and high < enough:
         low, high = high, min(max(high + 1, high * 5 // 4), enough)
-    if pending(high) is not None:
-        raise ValueError(f"{arrivals[pending(high) or 0].name} found no node on {high} nodes")
+    if pending(split(high)) is not None:
+        raise ValueError(
+            f"{arrivals[pending(split(high)) or 0].name} found no node on {high} nodes"
+        )
     while high - low > 1:
         middle = (low + high) // 2
-        if pending(middle) is None:
+        if pending(split(middle)) is None:
             high = middle
         else:
             low = middle
-    short = pending(high - 1)
-    chosen = cluster(nodes, high)
-    return Scheduled(
-        high,
-        sum(node.gpus for node in chosen),
-        departures,
-        arrivals[short].name if short is not None and arrivals else "",
-        -(-peak_demand(arrivals) // MILLI),
+    counts = list(split(high))
+    shrunk = len(pools) > 1
+    while shrunk:
+        shrunk = False
+        for index in range(len(pools)):
+            floor, top = 0, counts[index]
+            while top - floor > 1:
+                middle = (floor + top) // 2
+                if pending(_with(counts, index, middle)) is None:
+                    top = middle
+                else:
+                    floor = middle
+            shrunk = shrunk or top < counts[index]
+            counts[index] = top
+    shorts = [pending(_with(counts, index, counts[index] - 1)) for index in range(len(pools))]
+    names = [arrivals[short].name if short is not None else "" for short in shorts]
+    parts = tuple(
+        PoolCount(pool, count, sum(node.gpus for node in cluster(nodes, count)), name)
+        for pool, count, name in zip(pools, counts, names, strict=True)
     )
+    return Scheduled(
+        sum(counts),
+        sum(part.gpus for part in parts),
+        departures,
+        names[0],
+        -(-peak_demand(arrivals) // MILLI),
+        parts if pools != [""] else (),
+    )
+
+
+def pooled_cluster(nodes: Sequence[NodeKind], counts: Mapping[str, int]) -> list[NodeKind]:
+    """Each pool's `cluster(nodes, count)`, its nodes in that pool and named after it; with
+    no pools ({"": n}), `cluster(nodes, n)` itself."""
+    if set(counts) == {""}:
+        return cluster(nodes, counts[""])
+    return [
+        replace(node, name=f"{pool}-{node.name}", pool=pool)
+        for pool, count in counts.items()
+        for node in cluster(nodes, count)
+    ]
+
+
+def _pools(arrivals: Sequence[Arrival]) -> list[str]:
+    """The node pools the tasks' GPUs come from; [""]: GPUs are not shared by pools."""
+    return sorted({arrival.shape.pool for arrival in arrivals if arrival.shape.pool}) or [""]
+
+
+def _split(total: int, demands: Sequence[int]) -> tuple[int, ...]:
+    """`total` nodes split in proportion to `demands` (largest remainders), one at least
+    each."""
+    weights = [max(demand, 1) for demand in demands]
+    exact = [total * weight / sum(weights) for weight in weights]
+    counts = [max(1, int(share)) for share in exact]
+    while sum(counts) < total:
+        behind = max(range(len(counts)), key=lambda index: exact[index] - counts[index])
+        counts[behind] += 1
+    return tuple(counts)
+
+
+def _with(counts: Sequence[int], index: int, count: int) -> tuple[int, ...]:
+    return (*counts[:index], count, *counts[index + 1 :])
 
 
 def peak_demand(arrivals: Sequence[Arrival]) -> int:
@@ -343,11 +432,9 @@ def peak_demand(arrivals: Sequence[Arrival]) -> int:
 
 
 def unplaceable(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> list[str]:
-    """The tasks no empty node of the list fits (CPU, memory, GPUs or GPU model)."""
-    empty = {
-        NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib)
-        for node in nodes
-    }
+    """The tasks no empty node of the list fits (CPU, memory, GPUs or GPU model), in any of
+    the node pools the tasks' GPUs come from."""
+    empty = {_empty(replace(node, pool=pool)) for node in nodes for pool in _pools(arrivals)}
     return [
         arrival.name
         for arrival in arrivals
@@ -358,3 +445,7 @@ def unplaceable(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> list[
             for free in empty
         )
     ]
+
+
+def _empty(node: NodeKind) -> NodeFree:
+    return NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib, node.pool)

@@ -28,7 +28,7 @@ from castslice.backends import Placement
 from castslice.backends.roles import ExtenderView
 from castslice.contract import Manifest
 from castslice.contract.scheduling import allocatable, count, pod_request
-from castslice.extender.fragmentation import MILLI, PodShape
+from castslice.extender.fragmentation import MILLI, WHOLE, PodShape, client_milli
 
 # GPU Feature Discovery's product label (NVIDIA/k8s-device-plugin, gpu-feature-discovery:
 # `nvidia.com/gpu.product`): the model a Pod's node affinity selects by.
@@ -77,10 +77,6 @@ class Node:
     resource: str = ""
     gpus: int = 0
     clients: int = 1
-
-
-# The pool of whole-GPU nodes, beside the sharing pools named by their degree.
-WHOLE = "whole"
 
 
 class Pools:
@@ -353,10 +349,8 @@ class Watched:
         if self.pools is not None:
             if not pod.pool_units:
                 return PodShape(pod.cpu_milli, 0, 0, pod.models, pod.memory)
-            # A client of a pool of degree M: 1/M of one GPU per unit, each on its own GPU
-            # as the `distributed` policy spreads them; whole GPUs on the whole-GPU pool.
-            milli = MILLI if pod.pool == WHOLE else MILLI // int(pod.pool)
-            return PodShape(pod.cpu_milli, milli, pod.pool_units, pod.models, pod.memory, pod.pool)
+            return PodShape(pod.cpu_milli, client_milli(pod.pool), pod.pool_units, pod.models,
+                            pod.memory, pod.pool)  # fmt: skip
         gpus, milli = 0, 0
         for claim_name in pod.claims:
             claim = self.claims.get((pod.namespace, claim_name)) if claim_name else None

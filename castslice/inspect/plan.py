@@ -36,7 +36,7 @@ from castslice.contract.gpu_memory import memory_cap
 from castslice.contract.patch import quantity_value, refused_count
 from castslice.decision.pods import less_than_asked_text
 from castslice.decision.slices import resolve_burst, share_text
-from castslice.extender.fragmentation import PodShape
+from castslice.extender.fragmentation import WHOLE, PodShape, client_milli
 from castslice.extender.placing import (
     UNBOUNDED,
     Arrival,
@@ -223,6 +223,8 @@ class Plan:
     # places the workload (None: not counted), and on what nodes.
     scheduled: Scheduled | None = None
     nodes: str = ""
+    # Why the scheduler's count was not made for the nodes given ("": it was, or no nodes).
+    unscheduled: str = ""
 
     @property
     def extender_advice(self) -> tuple[bool, str]:
@@ -306,7 +308,7 @@ class Plan:
                 if self.scheduled
                 else None
             ),
-        }
+        } | ({"notScheduled": self.unscheduled} if self.unscheduled else {})
 
 
 def tasks_from_trace(text: str, source: str = "trace") -> list[Task]:
@@ -614,11 +616,16 @@ def _some(names: Counter[str], shown: int = 3) -> str:
     return ", ".join(listed[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
+def pool_label(pool: str) -> str:
+    """How the tables name a node pool (a sharing degree, or `WHOLE`)."""
+    return "whole GPUs" if pool == WHOLE else f"{pool} per GPU"
+
+
 def _pool(group: _Group, per_gpu: int, mebibytes: int) -> Pool:
     if group.degree:
-        label = f"{group.degree} per GPU"
+        label = pool_label(str(group.degree))
     elif not group.has_shares:
-        label = "whole GPUs"
+        label = pool_label(WHOLE)
     elif group.whole:
         label = f"shares of {per_gpu} and whole GPUs"
     else:
@@ -910,7 +917,13 @@ def plan(
     kept = [item for item in marked if item.recommended or _shown(item, chosen)] + twins
     opted = [task for task in tasks if task.opted_in]
     placed = None
-    if nodes is not None:
+    unscheduled = ""
+    if nodes is not None and chosen_backend.gpu_layouts() is not None:
+        unscheduled = (
+            f"{recommended.backend} cuts GPUs into instances ahead of the Pods, as the layout "
+            "above says; the count places shares of DRA devices and of node pools"
+        )
+    elif nodes is not None:
         modelled = any(kind.model for kind in nodes.kinds)
         arrivals = arrivals_of(recommended, tasks, modelled, nodes.departures)
         unfit = unplaceable(nodes.kinds, arrivals)
@@ -935,6 +948,7 @@ def plan(
         twins,
         placed,
         nodes.described if nodes else "",
+        unscheduled,
     )
 
 
@@ -944,24 +958,34 @@ def arrivals_of(
     """Each task as the scheduler sees it under `config`: an opted-in share as the backend
     gives it (in thousandths of one GPU, rounded up; whole GPUs where it gives whole
     ones), a task left alone its whole GPUs; with its GPU models where the nodes have
-    models, and its times where `departures`."""
+    models, and its times where `departures`. Where the backend shares GPUs by node pools,
+    a share is one client of its pool and whole GPUs come from the whole-GPU pool."""
     backend = plans_for(config)
+    pools = pooled(config)
     given: dict[int, Fraction] = {}
     arrivals = []
     for task in tasks:
+        pool = ""
         if task.opted_in:
             slices = max(1, math.ceil(task.gpus * config.slices_per_gpu))
             if slices not in given:
                 given[slices] = backend.place(slices).gpus
             gpus = given[slices]
+            degree = sharing_degree(config, slices) if pools else None
+            if degree and gpus < 1:
+                pool = str(degree)
         else:
             gpus = Fraction(math.ceil(task.gpus))
-        if gpus and gpus < 1:
+        if pools and gpus and not pool:
+            pool = WHOLE
+        if pool:
+            count, milli = (1 if pool != WHOLE else math.ceil(gpus)), client_milli(pool)
+        elif gpus and gpus < 1:
             count, milli = 1, math.ceil(gpus * MILLI)
         else:
             count, milli = math.ceil(gpus), MILLI if gpus else 0
         shape = PodShape(
-            task.cpu_milli, milli, count, task.models if models else (), task.memory_mib
+            task.cpu_milli, milli, count, task.models if models else (), task.memory_mib, pool
         )
         arrivals.append(
             Arrival(
