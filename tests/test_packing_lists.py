@@ -129,12 +129,14 @@ def test_the_lists_table_sets_the_extender_beside_fgd_and_best_fit_on_its_seeds(
     assert lines[2:] == [
         # The artefact's seed 44 on the default list: FGD 95.29 / 95.44, Best-fit 92.89 / 93.09.
         "| default | 44 | **95.00%** | 95.29% | 92.89% | **95.50%** | 95.44% | 93.09% "
-        "| -0.29 / +0.06 |",
+        "| -0.29 / +0.06 | 0 / 1 of 1 |",
         # Seed 42 of gpuspec20: FGD 94.59 / 94.76, Best-fit 88.38 / 93.26.
         "| gpuspec20 | 42 | **94.63%** | 94.59% | 88.38% | **95.01%** | 94.76% | 93.26% "
-        "| +0.04 / +0.25 |",
+        "| +0.04 / +0.25 | 1 / 1 of 1 |",
         lines[-1],
     ]
+    # Over both lists' seeds: behind FGD on one at 100 %, ahead on both at 130 %.
+    assert lines[-1].endswith("| 1 / 2 of 2 |")
     # The lists' means, each list counted once whatever its seeds: the extender's, FGD's and
     # Best-fit's at 100 % and at 130 % by hand.
     cells = [cell.strip("* %") for cell in lines[-1].split("|")[1:-1]]
@@ -145,6 +147,15 @@ def test_the_lists_table_sets_the_extender_beside_fgd_and_best_fit_on_its_seeds(
     )
     svg = report.lists_plot(records)
     assert svg.count("<circle") == 2 * 2 + 2 and svg.count("<rect") == 2 * 2 + 2 + 1
+
+
+def test_the_difference_to_fgd_carries_its_seeds_standard_error_and_ties_to_the_hundredth() -> None:
+    # Paired differences +0.04 and -0.06: a standard deviation of 0.0707, over the root of 2.
+    assert report._error([0.04, -0.06]) == " ± 0.05"
+    assert report._error([0.25, 0.03]) == " ± 0.11"
+    assert report._error([0.25]) == ""
+    # 94.586 against FGD's 94.59 rounds to it: a tie; 94.584 does not.
+    assert report._at_or_above([94.586 - 94.59, 94.584 - 94.59, 0.2]) == 2
 
 
 def test_the_docs_show_the_recorded_lists() -> None:
