@@ -7,6 +7,7 @@ import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -64,21 +65,28 @@ def trace_head(tasks: int) -> str:
 
 
 def trace_nodes(count: int) -> list[TraceNode]:
-    return [
-        TraceNode(node.name, node.cpu_milli, node.memory_mib, node.gpus, node.model)
-        for node in cluster(NODE_LIST, count)
-    ]
+    return [trace_node(node) for node in cluster(NODE_LIST, count)]
+
+
+def trace_node(node: NodeKind) -> TraceNode:
+    return TraceNode(node.name, node.cpu_milli, node.memory_mib, node.gpus, node.model)
+
+
+def plan_head(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path, *argv: str
+) -> tuple[Path, dict[str, Any]]:
+    """The trace's first 300 tasks, and plan's JSON for them on the trace's node list."""
+    workload = tmp_path / "head.csv"
+    workload.write_text(trace_head(300))
+    output = plan_in_process(monkeypatch, capsys, {}, "plan", "--trace", str(workload),
+                             "--nodes", str(NODES_CSV), *argv, "-o", "json")  # fmt: skip
+    return workload, json.loads(output)
 
 
 def test_plan_s_settings_replayed_through_the_extender_place_all_on_its_count_not_one_fewer(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
-    workload = tmp_path / "head.csv"
-    workload.write_text(trace_head(300))
-    result = json.loads(
-        plan_in_process(monkeypatch, capsys, {}, "plan", "--trace", str(workload), "--nodes",
-                        str(NODES_CSV), "-o", "json")
-    )  # fmt: skip
+    workload, result = plan_head(monkeypatch, capsys, tmp_path)
     scheduled = result["scheduled"]
     assert scheduled["configuration"] == result["recommended"]
     assert scheduled["departures"] is False
@@ -261,12 +269,7 @@ def test_the_count_weighs_the_tasks_cpu_against_the_nodes_cpu_per_gpu() -> None:
 def test_plan_s_pools_replayed_through_the_extender_s_pool_view_place_all_not_one_fewer(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
 ) -> None:
-    workload = tmp_path / "head.csv"
-    workload.write_text(trace_head(300))
-    result = json.loads(
-        plan_in_process(monkeypatch, capsys, {}, "plan", "--trace", str(workload), "--nodes",
-                        str(NODES_CSV), "--backend", "nvidia", "-o", "json")
-    )  # fmt: skip
+    workload, result = plan_head(monkeypatch, capsys, tmp_path, "--backend", "nvidia")
     scheduled = result["scheduled"]
     # Today's backend, named on the command line, with the settings plan recommends over it.
     environment = {"CASTSLICE_BACKEND": "nvidia"} | result["recommendation"]["environment"]
@@ -296,8 +299,7 @@ def _pool_replay(
     view = ClusterView(CAPACITY, config.slices_per_gpu, config.gpu_resource,
                        Pools(configuration.backend))  # fmt: skip
     view.replace("nodes", [
-        node_manifest(configuration, TraceNode(node.name, node.cpu_milli, node.memory_mib,
-                                               node.gpus, node.model),
+        node_manifest(configuration, trace_node(node),
                       None if node.pool == WHOLE else int(node.pool))
         for node in nodes
     ])  # fmt: skip
