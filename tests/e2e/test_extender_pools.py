@@ -88,7 +88,9 @@ def test_plan_s_pool_counts_applied_as_printed_place_every_task_and_a_node_fewer
     with the extender. On plan's counts every task runs; with one node fewer in a pool, the
     task plan names for that pool stays Pending."""
     trace = tmp_path / "tasks.csv"
-    trace.write_text(HEADER + "".join(f"{t.name},1000,1024,1,{t.gpu_milli},\n" for t in POOL_TASKS))
+    trace.write_text(HEADER + "".join(
+        f"{t.name},{t.cpu_milli},{t.memory_mib},{t.num_gpu},{t.gpu_milli},\n" for t in POOL_TASKS
+    ))  # fmt: skip
     nodes = tmp_path / "nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn,16000,65536,1,T4\n")
     done = run_plan("--trace", str(trace), "--nodes", str(nodes), "--backend", "nvidia",
@@ -126,7 +128,10 @@ def _pending(nginx: Path, configuration: Configuration, counts: dict[str, int]) 
             for resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared")
         )
 
-    trace_nodes = [TraceNode(made.name, 16000, 65536, 1, "T4") for made in made_nodes]
+    trace_nodes = [
+        TraceNode(made.name, made.cpu_milli, made.memory_mib, made.gpus, made.model)
+        for made in made_nodes
+    ]
     with placing_cluster(nginx, configuration, trace_nodes, list(degrees.values()), held,
                          with_extender=True) as made:  # fmt: skip
         for task in POOL_TASKS:
