@@ -315,6 +315,17 @@ def packing_key(node: NodeFree) -> int:
     return (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
 
 
+def cpu_per_gpu(nodes: Iterable[tuple[int, int]]) -> float:
+    """The CPU thousandths the nodes with GPUs have per GPU thousandth, over each node's
+    (CPU thousandths, GPUs); 0: no GPUs."""
+    cpu = gpus = 0
+    for node_cpu, node_gpus in nodes:
+        if node_gpus:
+            cpu += node_cpu
+            gpus += node_gpus
+    return cpu / (gpus * MILLI) if gpus else 0.0
+
+
 def cpu_scarcer(typical: TypicalPods, cpu_per_gpu: float) -> bool:
     """Whether the typical Pods ask more CPU thousandths per GPU thousandth than the nodes
     with GPUs have (`cpu_per_gpu`; 0: not known, and so no): the cluster runs out of CPU

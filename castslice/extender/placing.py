@@ -36,6 +36,7 @@ from castslice.extender.fragmentation import (
     PodShape,
     Scorer,
     accessible,
+    cpu_per_gpu,
     first_fit,
     take,
     typical_pods,
@@ -297,12 +298,10 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scorer
     for node in nodes:
         if node.model:
             gpus_per_model[node.model] += node.gpus
-    gpus = sum(node.gpus for node in nodes)
-    cpu = sum(node.cpu_milli for node in nodes if node.gpus)
     return Scorer(
         typical_pods(arrival.shape for arrival in arrivals),
         gpus_per_model,
-        cpu / (gpus * MILLI) if gpus else 0.0,
+        cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
     )
 
 
@@ -339,25 +338,22 @@ def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:
             results[counts] = first_pending(chosen, arrivals, scorer)
         return results[counts]
 
-    def split(total: int) -> tuple[int, ...]:
-        return _split(total, demands)
-
     low, high = 0, start
     # Past this, every task could have an empty node of each kind to itself.
     enough = max(start, len(nodes) * max(1, len(arrivals)))
-    while pending(split(high)) is not None and high < enough:
+    while pending(_split(high, demands)) is not None and high < enough:
         low, high = high, min(max(high + 1, high * 5 // 4), enough)
-    if pending(split(high)) is not None:
+    if pending(_split(high, demands)) is not None:
         raise ValueError(
-            f"{arrivals[pending(split(high)) or 0].name} found no node on {high} nodes"
+            f"{arrivals[pending(_split(high, demands)) or 0].name} found no node on {high} nodes"
         )
     while high - low > 1:
         middle = (low + high) // 2
-        if pending(split(middle)) is None:
+        if pending(_split(middle, demands)) is None:
             high = middle
         else:
             low = middle
-    counts = list(split(high))
+    counts = list(_split(high, demands))
     shrunk = len(pools) > 1
     while shrunk:
         shrunk = False
@@ -434,7 +430,8 @@ def peak_demand(arrivals: Sequence[Arrival]) -> int:
 def unplaceable(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> list[str]:
     """The tasks no empty node of the list fits (CPU, memory, GPUs or GPU model), in any of
     the node pools the tasks' GPUs come from."""
-    empty = {_empty(replace(node, pool=pool)) for node in nodes for pool in _pools(arrivals)}
+    pools = _pools(arrivals)
+    empty = {_empty(replace(node, pool=pool)) for node in nodes for pool in pools}
     return [
         arrival.name
         for arrival in arrivals

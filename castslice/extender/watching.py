@@ -28,7 +28,7 @@ from castslice.backends import Placement
 from castslice.backends.roles import ExtenderView
 from castslice.contract import Manifest
 from castslice.contract.scheduling import allocatable, count, pod_request
-from castslice.extender.fragmentation import MILLI, WHOLE, PodShape, client_milli
+from castslice.extender.fragmentation import MILLI, WHOLE, PodShape, client_milli, cpu_per_gpu
 
 # GPU Feature Discovery's product label (NVIDIA/k8s-device-plugin, gpu-feature-discovery:
 # `nvidia.com/gpu.product`): the model a Pod's node affinity selects by.
@@ -279,13 +279,9 @@ class Watched:
 
     def cpu_per_gpu(self) -> float:
         """The CPU thousandths the nodes with GPUs have per GPU thousandth (0: no GPUs)."""
-        cpu = gpus = 0
-        for name, node in self.nodes.items():
-            count = self._gpus_on(name, node)
-            if count:
-                cpu += node.cpu_milli
-                gpus += count
-        return cpu / (gpus * MILLI) if gpus else 0.0
+        return cpu_per_gpu(
+            (node.cpu_milli, self._gpus_on(name, node)) for name, node in self.nodes.items()
+        )
 
     def _gpus_on(self, name: str, node: Node) -> int:
         return node.gpus if self.pools is not None else len(self.devices_of(name))
