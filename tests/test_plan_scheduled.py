@@ -20,6 +20,7 @@ from castslice.decision.admission import Admission
 from castslice.environment import load_config
 from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import (
+    MILLI,
     WHOLE,
     NodeFree,
     PodShape,
@@ -31,6 +32,7 @@ from castslice.extender.placing import (
     Arrival,
     NodeKind,
     PoolCount,
+    StockScores,
     cluster,
     fewest,
     placements,
@@ -53,9 +55,11 @@ TIMED = HEADER.rstrip("\n") + ",creation_time,deletion_time\n"
 
 
 def plan_trace(tmp_path: Path, trace: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """plan on `trace`, its backend `dra` (shares the extender scores) unless `argv` names one."""
     path = tmp_path / "tasks.csv"
     path.write_text(trace)
-    return run_plan("--trace", str(path), *argv)
+    backend = () if "--backend" in argv else ("--backend", "dra")
+    return run_plan("--trace", str(path), *backend, *argv)
 
 
 def trace_head(tasks: int) -> str:
@@ -145,7 +149,7 @@ def test_departures_free_what_a_task_held_and_both_counts_are_printed(tmp_path: 
     stayed = plan_trace(tmp_path, trace, "--gpus-per-node", "1", "--no-departures", "-o", "json")
     assert json.loads(stayed.stdout)["scheduled"] | {"nodeList": ""} == {
         "gpus": 3, "nodes": 3, "departures": False, "pendingWithOneNodeFewer": "third",
-        "perfectPackingAtPeak": 3, "configuration": "today", "nodeList": "",
+        "perfectPackingAtPeak": 3, "scoredBy": "extender", "configuration": "today", "nodeList": "",
     }  # fmt: skip
 
 
@@ -220,11 +224,12 @@ def test_a_node_list_without_its_columns_is_named() -> None:
 
 
 def test_plan_without_nodes_counts_no_scheduling() -> None:
-    result = plan(load_config({}), tasks_from_trace(HEADER + "a,1,1,1,500,\n"))
+    config = load_config({"CASTSLICE_BACKEND": "dra"})
+    result = plan(config, tasks_from_trace(HEADER + "a,1,1,1,500,\n"))
     assert result.scheduled is None
     assert result.as_dict()["scheduled"] is None
     with_nodes = plan(
-        load_config({}),
+        config,
         tasks_from_trace(HEADER + "a,1,1,1,500,\n"),
         nodes=Nodes(cluster(NODE_LIST, 1), "x"),
     )
@@ -261,8 +266,10 @@ def test_the_count_weighs_the_tasks_cpu_against_the_nodes_cpu_per_gpu() -> None:
     fuller, emptier = NodeFree(15000, (500, 1000)), NodeFree(16000, (1000, 1000))
     typical = typical_pods(arrival.shape for arrival in arrivals)
     for node in (fuller, emptier):
-        assert scorer.score(node, share) == extender_score(node, share, typical, {}, None, 8.0)
-    assert scorer.score(fuller, share) == scorer.score(emptier, share)
+        assert scorer.scorer.score(node, share) == extender_score(
+            node, share, typical, {}, None, 8.0
+        )
+    assert scorer.scorer.score(fuller, share) == scorer.scorer.score(emptier, share)
     assert Scorer(typical, {}).score(fuller, share) > Scorer(typical, {}).score(emptier, share)
 
 
@@ -346,18 +353,70 @@ def test_each_pool_s_tasks_go_only_to_its_own_nodes_and_each_pool_is_counted_apa
     assert (fewest(node, untagged).nodes, fewest(node, untagged).pools) == (2, ())
 
 
-def test_a_backend_that_cuts_gpus_into_instances_is_not_counted_and_says_why(
+def test_mig_instances_are_counted_in_a_pool_per_profile_on_kube_scheduler_s_own_scores(
+    tmp_path: Path,
+) -> None:
+    # On A100-80GB GPUs half a GPU is a 3g.40gb instance, two to a GPU; a whole GPU comes
+    # from nodes without MIG. Five halves need three GPUs cut into 3g.40gb.
+    trace = (
+        HEADER
+        + "".join(f"half{i},1000,1024,1,500,\n" for i in range(5))
+        + ("whole,1000,1024,1,1000,\n")
+    )
+    argv = ("--backend", "mig", "--mig-gpu-models", "A100-80GB", "--gpus-per-node", "1")
+    done = plan_trace(tmp_path, trace, *argv)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Placed by kube-scheduler on its own scores (the extender scores no such GPUs) (today, "
+        "in process, in the input's order, every task staying): 4 GPUs on 4 nodes of 1 GPUs "
+        "with room for any task's CPU and memory; each instance pool's nodes with all their "
+        "GPUs cut into its instances; pool '3g.40gb instances': 3 GPUs on 3 nodes (one fewer "
+        "leaves half4 Pending); pool 'whole GPUs': 1 GPU on 1 node (one fewer leaves whole "
+        "Pending)" in done.stdout
+    )
+    scheduled = json.loads(plan_trace(tmp_path, trace, *argv, "-o", "json").stdout)["scheduled"]
+    assert scheduled["scoredBy"] == "kube-scheduler"
+    assert [(pool["pool"], pool["nodes"]) for pool in scheduled["pools"]] == [
+        ("3g.40gb", 3), ("whole", 1)
+    ]  # fmt: skip
+
+
+def test_a_backend_whose_pods_ask_units_of_a_node_is_not_counted_and_says_why(
     tmp_path: Path,
 ) -> None:
     trace = HEADER + "a,1000,1024,1,500,\nb,1000,1024,1,1000,\n"
-    done = plan_trace(tmp_path, trace, "--backend", "mig", "--gpus-per-node", "1")
+    done = plan_trace(tmp_path, trace, "--backend", "resource", "--gpus-per-node", "1")
     assert done.returncode == 0, done.stderr
     assert (
-        "Placed by kube-scheduler with the extender: not counted: mig cuts GPUs into "
-        "instances ahead of the Pods, as the layout above says" in done.stdout
+        "Placed by kube-scheduler: not counted: resource's Pods ask for units of one resource "
+        "per node, which the device plugin may spread over several GPUs" in done.stdout
     )
     result = json.loads(
-        plan_trace(tmp_path, trace, "--backend", "mig", "--gpus-per-node", "1", "-o", "json").stdout
-    )
+        plan_trace(tmp_path, trace, "--backend", "resource", "--gpus-per-node", "1", "-o",
+                   "json").stdout
+    )  # fmt: skip
     assert result["scheduled"] is None
-    assert result["notScheduled"].startswith("mig cuts GPUs into instances")
+    assert result["notScheduled"].startswith("resource's Pods ask for units")
+
+
+def test_stock_scores_are_least_allocated_plus_the_change_in_balance() -> None:
+    """kube-scheduler v1.37.2's formulas worked by hand: a node of 16 CPUs and 64 GiB with
+    8 CPUs and 16 GiB taken, a Pod of 4 CPUs and 16 GiB."""
+    node = NodeKind("n", 16000, 65536, 0)
+    free = NodeFree(8000, (), memory=65536 - 16384)
+    pod = PodShape(4000, memory=16384)
+    # LeastAllocated: CPU (16-12)/16 -> 25, memory (64-32)/64 -> 50; mean 37.
+    # Balance: 0.75 and 0.5 after, 0.5 and 0.25 before: 100 - 12.5 -> 87 both; 50 + 50/2.
+    assert StockScores().score(node, free, pod) == 37 + 75
+    # A Pod that asks neither CPU nor memory gets no balance score.
+    assert StockScores().score(node, free, PodShape(0)) == (50 + 75) // 2
+    # Unlike the extender's, the stock scores send a share to the emptier node.
+    empty = NodeFree(16000, (MILLI,), memory=65536)
+    fuller = NodeFree(8000, (500,), memory=65536 - 16384)
+    share = PodShape(1000, 500, 1, memory=1024)
+    one = NodeKind("n", 16000, 65536, 1)
+    assert StockScores().score(one, empty, share) > StockScores().score(one, fuller, share)
+    nodes = [NodeKind("a", 16000, 65536, 1), NodeKind("b", 16000, 65536, 1)]
+    arrivals = [Arrival(share, "first"), Arrival(share, "second")]
+    assert placements(nodes, arrivals, StockScores()) == ["a", "b"]
+    assert placements(nodes, arrivals, scorer_for(nodes, arrivals)) == ["a", "a"]

@@ -61,6 +61,12 @@ class GpuLayout(Protocol):
         """What to do on the nodes to cut their GPUs so."""
         ...
 
+    def node_pool(self, slices: int) -> tuple[str, int] | None:
+        """Where the scheduler can place a Pod of `slices` once each node's GPUs are all cut
+        alike: the instance it asks for, which names its node pool, and how many of them
+        one GPU holds; None: it asks for whole GPUs."""
+        ...
+
 
 class ClaimTemplates(Protocol):
     """The ResourceClaimTemplates a backend's Pods claim from (`castslice claim-templates`)."""

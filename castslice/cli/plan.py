@@ -4,7 +4,8 @@ The workload comes from manifests (`-f`, read and rewritten as `castslice previe
 does), from the Pods of a live cluster (`--kubeconfig`, read-only, as doctor reads
 it) or from a task list shaped as the openb trace (`--trace`). The arithmetic is
 castslice.inspect.plan's, which asks the backends how each Pod is placed; the count of
-GPUs the scheduler with the extender reaches is castslice.extender.placing's.
+GPUs the scheduler reaches (with the extender, or on its own scores) is
+castslice.extender.placing's.
 
 Exit status: 0 done, 2 bad input (the message names the file, row or cluster) or
 configuration.
@@ -36,6 +37,7 @@ from castslice.inspect.plan import (
     Task,
     WorkloadError,
     environment_of,
+    instance_pool,
     nodes_from_list,
     plan,
     pool_label,
@@ -354,17 +356,27 @@ def scheduled_lines(result: Plan) -> list[str]:
     placed = result.scheduled
     if placed is None:
         return (
-            [f"Placed by kube-scheduler with the extender: not counted: {result.unscheduled}."]
+            [f"Placed by kube-scheduler: not counted: {result.unscheduled}."]
             if result.unscheduled
             else []
         )
+    scheduler = (
+        "kube-scheduler with the extender"
+        if placed.extender
+        else "kube-scheduler on its own scores (the extender scores no such GPUs)"
+    )
     how = "with its departures" if placed.departures else "every task staying"
     fewer = f"; one node fewer leaves {placed.short} Pending" if placed.short else ""
     if placed.pools:
-        fewer = "; " + "; ".join(
-            f"pool '{pool_label(part.pool)}': {_gpus(part.gpus)} on {_node_count(part.nodes)}"
-            + (f" (one fewer leaves {part.short} Pending)" if part.short else "")
-            for part in sorted(placed.pools, key=lambda part: part.pool == WHOLE)
+        cut = any(instance_pool(part.pool) for part in placed.pools)
+        fewer = (
+            "; "
+            + ("each instance pool's nodes with all their GPUs cut into its instances; " * cut)
+            + "; ".join(
+                f"pool '{pool_label(part.pool)}': {_gpus(part.gpus)} on {_node_count(part.nodes)}"
+                + (f" (one fewer leaves {part.short} Pending)" if part.short else "")
+                for part in sorted(placed.pools, key=lambda part: part.pool == WHOLE)
+            )
         )
     packed = (
         f"{_gpus(placed.floor)} if every share packed perfectly at the busiest moment"
@@ -372,7 +384,7 @@ def scheduled_lines(result: Plan) -> list[str]:
         else f"{placed.floor / placed.gpus:.0%} of them if every share packed perfectly"
     )
     return [
-        f"Placed by kube-scheduler with the extender ({result.best.name}, in process, in the "
+        f"Placed by {scheduler} ({result.best.name}, in process, in the "
         f"input's order, {how}): {_gpus(placed.gpus)} on {_node_count(placed.nodes)} {result.nodes}"
         f"{fewer}; {packed}."
     ]

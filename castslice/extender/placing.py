@@ -10,7 +10,9 @@ first GPU that has it free (the DRA allocator's first fit); ties go to the lowes
 as the extender breaks them (`tie_broken`). The score is the extender's
 (`fragmentation.Scorer`), over the typical Pods of the whole workload: what the extender
 learns once it has seen the workload's Pods (it learns them as they arrive; in process they
-are known up front, which keeps the search below to seconds).
+are known up front, which keeps the search below to seconds). Where the extender does not
+serve the GPUs (MIG instances), the score is the stock kube-scheduler's own
+(`StockScores`).
 
 A cluster of n nodes is the first n of the input's nodes taken in an order that keeps their
 mix (each kind of node spread evenly over the order) and repeated past the list's end: a
@@ -29,6 +31,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from castslice.extender.fragmentation import (
     MILLI,
@@ -95,7 +98,8 @@ class Scheduled:
     """The fewest nodes (and their GPUs) on which every task is placed when it arrives;
     `short`: the first task left Pending on one node fewer; `departures`: whether tasks
     left; `pools`: each node pool's part where GPUs are shared by node pools (`short` is
-    then the first pool's)."""
+    then the first pool's); `extender`: whether the extender scored the nodes (else
+    kube-scheduler's own scores did)."""
 
     nodes: int
     gpus: int
@@ -105,15 +109,81 @@ class Scheduled:
     # departures).
     floor: int
     pools: tuple[PoolCount, ...] = ()
+    extender: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return {
             "gpus": self.gpus,
             "nodes": self.nodes,
             "departures": self.departures,
+            "scoredBy": "extender" if self.extender else "kube-scheduler",
             "pendingWithOneNodeFewer": self.short,
             "perfectPackingAtPeak": self.floor,
         } | ({"pools": [pool.as_dict() for pool in self.pools]} if self.pools else {})
+
+
+class NodeScores(Protocol):
+    """How a scheduler ranks the nodes a Pod fits: higher first."""
+
+    def score(self, node: NodeKind, free: NodeFree, shape: PodShape) -> int: ...
+
+
+@dataclass(frozen=True)
+class ExtenderScores:
+    """The extender's score (its `Scorer` over the workload's typical Pods)."""
+
+    scorer: Scorer
+
+    def score(self, node: NodeKind, free: NodeFree, shape: PodShape) -> int:
+        return self.scorer.score(free, shape)
+
+
+# kube-scheduler's MaxNodeScore.
+MAX_NODE_SCORE = 100
+
+
+class StockScores:
+    """kube-scheduler's default profile's scores that tell the nodes of a Pod apart by what
+    it asks (k8s.io/kubernetes v1.37.2, pkg/scheduler/framework/plugins/noderesources):
+    NodeResourcesFit's LeastAllocated over CPU and memory (least_allocated.go) plus
+    NodeResourcesBalancedAllocation's score of the change the Pod makes to the balance of
+    CPU and memory (balanced_allocation.go; none for a Pod that asks neither), each at
+    weight 1. The other default scores are alike on every node for the Pods counted here
+    (no affinity, taints, images or spread constraints). kube-scheduler scores the CPU
+    and memory of a Pod that asks none as 100m and 200 MiB in LeastAllocated; here a Pod
+    counts what it asks. Ties go to the lowest node name, as everywhere here, where
+    kube-scheduler draws one of them at random."""
+
+    def score(self, node: NodeKind, free: NodeFree, shape: PodShape) -> int:
+        # A resource the node has none of is left out, as kube-scheduler leaves it.
+        had = [
+            (whole - left, asked, whole)
+            for whole, left, asked in (
+                (node.cpu_milli, free.cpu_milli, shape.cpu_milli),
+                (node.memory_mib, free.memory, shape.memory),
+            )
+            if whole
+        ]
+        if not had:
+            return 0
+        least = sum(
+            (whole - taken - asked) * MAX_NODE_SCORE // whole if taken + asked <= whole else 0
+            for taken, asked, whole in had
+        ) // len(had)
+        if not (shape.cpu_milli or shape.memory):
+            return least
+        with_pod = _balance([(taken + asked, whole) for taken, asked, whole in had])
+        without = _balance([(taken, whole) for taken, _, whole in had])
+        half = MAX_NODE_SCORE // 2
+        return least + half + (half + with_pod - without) // 2
+
+
+def _balance(used: Sequence[tuple[int, int]]) -> int:
+    """balancedResourceScore: 100 less the spread of the resources' used fractions (half
+    their gap for two)."""
+    fractions = [min(taken / whole, 1.0) for taken, whole in used]
+    gap = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
+    return int((1 - gap) * MAX_NODE_SCORE)
 
 
 def cluster(nodes: Sequence[NodeKind], count: int) -> list[NodeKind]:
@@ -146,28 +216,30 @@ def _copy(name: str, copy: int) -> str:
 
 
 def first_pending(
-    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: Scorer
+    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: NodeScores
 ) -> int | None:
     """The index of the first task, in the order they arrive, that fits no node when it
     arrives; None: all placed."""
     return _place(nodes, arrivals, scorer, stop=True)[1]
 
 
-def placements(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: Scorer) -> list[str]:
+def placements(
+    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: NodeScores
+) -> list[str]:
     """The node each task is bound on ("": Pending, or it asks nothing of a node). A task
     left Pending never comes back: the count is of nodes on which no task waits."""
     return _place(nodes, arrivals, scorer, stop=False)[0]
 
 
 def _place(
-    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: Scorer, stop: bool
+    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scorer: NodeScores, stop: bool
 ) -> tuple[list[str], int | None]:
     """Where each task goes, and the first left Pending; with `stop`, placing ends there."""
     free = [_empty(node) for node in nodes]
     ranks = [0] * len(nodes)
     for rank, index in enumerate(sorted(range(len(nodes)), key=lambda i: nodes[i].name)):
         ranks[index] = rank
-    placer = _Placer(free, ranks, scorer)
+    placer = _Placer(nodes, free, ranks, scorer)
     held: dict[int, tuple[int, PodShape, tuple[int, ...]]] = {}
     where = [""] * len(arrivals)
     pending: int | None = None
@@ -215,7 +287,10 @@ class _Placer:
     a node's entries are stale once it changes, and a shape asked again rescores only the
     nodes changed since it was last asked."""
 
-    def __init__(self, free: list[NodeFree], ranks: list[int], scorer: Scorer) -> None:
+    def __init__(
+        self, nodes: Sequence[NodeKind], free: list[NodeFree], ranks: list[int], scorer: NodeScores
+    ) -> None:
+        self.nodes = nodes
         self.free = free
         self.ranks = ranks
         self.scorer = scorer
@@ -276,21 +351,23 @@ class _Placer:
     def _push(
         self, shape: PodShape, heap: list[tuple[int, int, int, int]], nodes: Iterable[int]
     ) -> None:
-        # Nodes left alike score alike: each state scored once per call.
-        scores: dict[NodeFree, int] = {}
+        # Nodes alike and left alike score alike: each state scored once per call.
+        scores: dict[tuple[NodeFree, int, int], int] = {}
         for node in nodes:
             free = self.free[node]
             if shape.gpus and not accessible(free, shape):
                 continue
             if take(free, shape, first_fit(free, shape)) is None:
                 continue
-            score = scores.get(free)
+            kind = self.nodes[node]
+            key = (free, kind.cpu_milli, kind.memory_mib)
+            score = scores.get(key)
             if score is None:
-                score = scores[free] = self.scorer.score(free, shape)
+                score = scores[key] = self.scorer.score(kind, free, shape)
             heapq.heappush(heap, (-score, self.ranks[node], node, self.versions[node]))
 
 
-def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scorer:
+def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> ExtenderScores:
     """The extender's score over the typical Pods of the whole workload, its pinned Pods
     weighed against the GPUs of each model `nodes` have and its CPU against their CPU per
     GPU (`cluster` keeps their mix)."""
@@ -298,14 +375,18 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scorer
     for node in nodes:
         if node.model:
             gpus_per_model[node.model] += node.gpus
-    return Scorer(
-        typical_pods(arrival.shape for arrival in arrivals),
-        gpus_per_model,
-        cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
+    return ExtenderScores(
+        Scorer(
+            typical_pods(arrival.shape for arrival in arrivals),
+            gpus_per_model,
+            cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
+        )
     )
 
 
-def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:
+def fewest(
+    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], extender: bool = True
+) -> Scheduled:
     """The fewest nodes of `cluster(nodes, n)` on which every task is placed, found by
     growing the count by a quarter from the nodes whose GPUs the peak GPU demand fills, then
     halving the interval.
@@ -315,12 +396,13 @@ def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:
     split by each pool's peak demand, then lowers each pool's own count while every task is
     still placed, until none can give up a node. Tasks that ask no GPU go to any pool's
     nodes.
+    Without `extender`, kube-scheduler's own scores rank the nodes (`StockScores`).
     Every task must fit an empty node of some kind (ValueError naming the first that does
     not; `unplaceable` names them all)."""
     unfit = unplaceable(nodes, arrivals)
     if unfit:
         raise ValueError(f"{unfit[0]} fits no empty node of the list")
-    scorer = scorer_for(nodes, arrivals)
+    scorer: NodeScores = scorer_for(nodes, arrivals) if extender else StockScores()
     departures = any(arrival.leaves is not None for arrival in arrivals)
     pools = _pools(arrivals)
     demands = [
@@ -380,6 +462,7 @@ def fewest(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Scheduled:
         names[0],
         -(-peak_demand(arrivals) // MILLI),
         parts if pools != [""] else (),
+        extender,
     )
 
 

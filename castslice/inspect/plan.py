@@ -468,9 +468,7 @@ def estimate(
     into instances counts its instances on GPUs cut as `layout` says (by default the first
     of its layouts, how its own nodes are counted)."""
     backend = plans_for(config)
-    if layout is None:
-        layouts = backend.gpu_layouts()
-        layout = layouts[0] if layouts else None
+    layout = _layout(config, layout)
     # Pods placed on instances, by slice count, for the layout to count.
     on_instances: Counter[int] = Counter()
     gets: Counter[str] = Counter()
@@ -616,9 +614,18 @@ def _some(names: Counter[str], shown: int = 3) -> str:
     return ", ".join(listed[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
+def instance_pool(pool: str) -> bool:
+    """Whether a node pool is of GPUs cut into instances (named by their profile), not of
+    GPUs shared by a sharing degree or whole."""
+    return pool != WHOLE and not pool.isdigit()
+
+
 def pool_label(pool: str) -> str:
-    """How the tables name a node pool (a sharing degree, or `WHOLE`)."""
-    return "whole GPUs" if pool == WHOLE else f"{pool} per GPU"
+    """How the tables name a node pool (a sharing degree, an instance's profile, or
+    `WHOLE`)."""
+    if pool == WHOLE:
+        return "whole GPUs"
+    return f"{pool} instances" if instance_pool(pool) else f"{pool} per GPU"
 
 
 def _pool(group: _Group, per_gpu: int, mebibytes: int) -> Pool:
@@ -918,21 +925,25 @@ def plan(
     opted = [task for task in tasks if task.opted_in]
     placed = None
     unscheduled = ""
-    if nodes is not None and chosen_backend.gpu_layouts() is not None:
+    layout = _layout(recommended, None if keep else candidates[mine.name].layout)
+    scored = claims_devices or TOOLS[recommended.backend].extender_gpus == POOLS
+    if nodes is not None and not (scored or layout):
         unscheduled = (
-            f"{recommended.backend} cuts GPUs into instances ahead of the Pods, as the layout "
-            "above says; the count places shares of DRA devices and of node pools"
+            f"{recommended.backend}'s Pods ask for units of one resource per node, which the "
+            "device plugin may spread over several GPUs; the count places shares of DRA "
+            "devices, node pools and MIG instances"
         )
     elif nodes is not None:
-        modelled = any(kind.model for kind in nodes.kinds)
-        arrivals = arrivals_of(recommended, tasks, modelled, nodes.departures)
+        # Instances are named for the settings' first model: the nodes' GPUs are that model.
+        modelled = layout is None and any(kind.model for kind in nodes.kinds)
+        arrivals = arrivals_of(recommended, tasks, modelled, nodes.departures, layout)
         unfit = unplaceable(nodes.kinds, arrivals)
         if unfit:
             raise WorkloadError(
                 f"{_some(Counter(unfit))}: fit{'s' if len(unfit) == 1 else ''} no empty node "
                 f"{nodes.described} (its CPU, memory, GPUs or GPU model)"
             )
-        placed = fewest(nodes.kinds, arrivals)
+        placed = fewest(nodes.kinds, arrivals, extender=scored)
     return Plan(
         len(tasks),
         len(opted),
@@ -952,34 +963,49 @@ def plan(
     )
 
 
+def _layout(config: Config, chosen: GpuLayout | None) -> GpuLayout | None:
+    """How the recommended configuration's GPUs are cut: its candidate's way, else the
+    first of its backend's (how its own nodes are counted); None: they are not cut."""
+    if chosen is not None:
+        return chosen
+    layouts = plans_for(config).gpu_layouts()
+    return layouts[0] if layouts else None
+
+
 def arrivals_of(
-    config: Config, tasks: Sequence[Task], models: bool = True, departures: bool = True
+    config: Config,
+    tasks: Sequence[Task],
+    models: bool = True,
+    departures: bool = True,
+    layout: GpuLayout | None = None,
 ) -> list[Arrival]:
     """Each task as the scheduler sees it under `config`: an opted-in share as the backend
     gives it (in thousandths of one GPU, rounded up; whole GPUs where it gives whole
     ones), a task left alone its whole GPUs; with its GPU models where the nodes have
     models, and its times where `departures`. Where the backend shares GPUs by node pools,
-    a share is one client of its pool and whole GPUs come from the whole-GPU pool."""
+    a share is one client of its pool and whole GPUs come from the whole-GPU pool. Where
+    it cuts GPUs into instances (`layout`), each node's GPUs are all cut into one profile:
+    an instance is one of as many as a GPU of its profile's pool holds, and whole GPUs come
+    from the whole-GPU pool."""
     backend = plans_for(config)
-    pools = pooled(config)
-    given: dict[int, Fraction] = {}
+    sharing = pooled(config)
+    pools = sharing or layout is not None
+    given: dict[int, tuple[Fraction, str, int]] = {}
     arrivals = []
     for task in tasks:
-        pool = ""
+        pool, milli = "", 0
         if task.opted_in:
             slices = max(1, math.ceil(task.gpus * config.slices_per_gpu))
             if slices not in given:
-                given[slices] = backend.place(slices).gpus
-            gpus = given[slices]
-            degree = sharing_degree(config, slices) if pools else None
-            if degree and gpus < 1:
-                pool = str(degree)
+                gpus = backend.place(slices).gpus
+                given[slices] = _as_scheduled(config, gpus, slices, sharing, layout)
+            gpus, pool, milli = given[slices]
         else:
             gpus = Fraction(math.ceil(task.gpus))
         if pools and gpus and not pool:
-            pool = WHOLE
+            pool, milli = WHOLE, MILLI
         if pool:
-            count, milli = (1 if pool != WHOLE else math.ceil(gpus)), client_milli(pool)
+            count = math.ceil(gpus) if pool == WHOLE else 1
         elif gpus and gpus < 1:
             count, milli = 1, math.ceil(gpus * MILLI)
         else:
@@ -996,6 +1022,24 @@ def arrivals_of(
             )
         )
     return arrivals
+
+
+def _as_scheduled(
+    config: Config, gpus: Fraction, slices: int, sharing: bool, layout: GpuLayout | None
+) -> tuple[Fraction, str, int]:
+    """What a Pod of `slices` given `gpus` asks of a node pool: its GPUs, the pool ("": not
+    pooled) and the thousandths of a GPU one of its Pods holds there."""
+    if layout is not None:
+        cut = layout.node_pool(slices)
+        if cut is None:
+            return gpus, "", 0
+        profile, per_gpu = cut
+        return gpus, profile, MILLI // per_gpu
+    degree = sharing_degree(config, slices) if sharing else None
+    if degree and gpus < 1:
+        pool = str(degree)
+        return gpus, pool, client_milli(pool)
+    return gpus, "", 0
 
 
 def _estimate(today: Config, candidate: Candidate, tasks: Sequence[Task], name: str) -> Estimate:

@@ -256,6 +256,11 @@ class MigLayout:
         layout = tuple(name for name, count in per_gpu.items() for _ in range(count))
         return [LaidOut(self.name, gpus, pods_total, _count(layout))]
 
+    def node_pool(self, slices: int) -> tuple[str, int] | None:
+        name = self.chooser(self.config, slices)
+        profile = None if name is None else self.model.profile(name)
+        return None if profile is None else (profile.name, profile.per_gpu)
+
     def notes(self, laid_out: Sequence[LaidOut]) -> tuple[str, ...]:
         gpus = sum(laid.gpus for laid in laid_out)
         if not gpus:
