@@ -84,9 +84,11 @@ def test_the_default_profile_spreads_a_share_where_fgd_and_the_extender_pack_it(
     # LeastAllocated favours the node with more CPU and memory left: the share takes one of
     # the eight-GPU node's GPUs, and the eight-GPU task waits for it to leave.
     assert waits["default"] == [0, 990]
-    # FGD's gradient (and the extender's ties towards the fuller node) keep it whole.
+    # FGD's gradient (and the extender's ties towards the fuller node) keep it whole, and
+    # MostAllocated sends the share to the node it fills more of.
     assert waits["fgd"] == [0, 0]
     assert waits["extender"] == [0, 0]
+    assert waits["most-allocated"] == [0, 0]
 
 
 def test_the_default_score_is_least_allocated_plus_balanced_allocation() -> None:
@@ -100,6 +102,8 @@ def test_the_default_score_is_least_allocated_plus_balanced_allocation() -> None
     # LeastAllocated: CPU (5000 x 100) // 10000 = 50, memory 75, mean 62; balanced: CPU
     # half used, memory a quarter, std 0.125: int(87.5) = 87.
     assert default_score(node, free, task) == 62 + 87
+    # MostAllocated: CPU 50, memory (2560 x 100) // 10240 = 25, mean 37; the same balance.
+    assert default_score(node, free, task, most_allocated=True) == 37 + 87
 
 
 def test_kube_scheduler_scores_a_share_of_a_large_cluster() -> None:

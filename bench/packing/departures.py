@@ -19,7 +19,7 @@ just freed: it is tried there. The scheduler's back-off (one to ten seconds) is 
 out: the trace's times are whole seconds over months. Departures at a time come before
 arrivals at the same time; a task that arrives while others wait is tried at once.
 
-Three policies, on the same nodes and the same tasks:
+Four policies, on the same nodes and the same tasks:
 
 - `default`: kube-scheduler's default profile, `dra` at S shares per GPU: of the nodes
   that pass its filters (CPU, memory, the GPU model asked for, and the DRA allocator's
@@ -29,7 +29,13 @@ Three policies, on the same nodes and the same tasks:
   pkg/scheduler/framework/plugins/noderesources/least_allocated.go and
   balanced_allocation.go), the best at random among equals (`selectHost`). Its other
   score plugins tell no trace node apart. The one task asking for no memory is scored
-  with 0, not kube-scheduler's non-zero default of 200 MiB.
+  with 0, not kube-scheduler's non-zero default of 200 MiB. BalancedAllocation scores the
+  node with the task on it, as kube-scheduler 1.30.14 does (1.37.2 scores the change
+  the task makes to the balance, as `castslice plan`'s `placing.StockScores` does).
+- `most-allocated`: the same profile with NodeResourcesFit's scoring strategy set to
+  MostAllocated (`scoringStrategy: {type: MostAllocated}` in its KubeSchedulerConfiguration
+  args; most_allocated.go): the nodes most requested in proportion first, a bin packer
+  that knows nothing of GPUs.
 - `extender`: the shipped extender profile (`infra/scheduler/fgd-extender.yaml`): the
   extender's own view (`ClusterView`, its typical Pods learnt from the Pods present)
   scores every node that passes the filters, and the Pod is bound on the best, as in
@@ -89,6 +95,7 @@ from .trace import MILLI, TASKS_CSV, TraceNode, TraceTask, read_nodes, read_task
 RESULTS = Path(__file__).parent / "results" / "departures.jsonl"
 POLICIES = {
     "default": "default profile",
+    "most-allocated": "MostAllocated profile",
     "extender": "extender",
     "fgd": "FGD (in process)",
 }
@@ -193,28 +200,38 @@ def feasible_to_find(nodes: int) -> int:
     return max(_MIN_FEASIBLE_NODES, nodes * percentage // 100)
 
 
-def default_score(node: TraceNode, free: NodeFree, task: TraceTask) -> int:
-    """NodeResourcesFit (LeastAllocated) plus NodeResourcesBalancedAllocation, on CPU and
-    memory, the task counted on the node."""
+def default_score(
+    node: TraceNode, free: NodeFree, task: TraceTask, most_allocated: bool = False
+) -> int:
+    """NodeResourcesFit (LeastAllocated, or MostAllocated) plus
+    NodeResourcesBalancedAllocation, on CPU and memory, the task counted on the node."""
     capacities = (node.cpu_milli, node.memory_mib << 20)
     requested = (
         node.cpu_milli - free.cpu_milli + task.cpu_milli,
         (node.memory_mib << 20) - free.memory + (task.memory_mib << 20),
     )
-    least = sum(
-        0 if want > have else (have - want) * MAX_NODE_SCORE // have
+    fit = sum(
+        min(want, have) * MAX_NODE_SCORE // have
+        if most_allocated
+        else 0
+        if want > have
+        else (have - want) * MAX_NODE_SCORE // have
         for want, have in zip(requested, capacities, strict=True)
     ) // len(capacities)
     fractions = [min(1.0, want / have) for want, have in zip(requested, capacities, strict=True)]
     balanced = int((1 - abs(fractions[0] - fractions[1]) / 2) * MAX_NODE_SCORE)
-    return least + balanced
+    return fit + balanced
 
 
 class DefaultProfile(_Claimed):
-    """kube-scheduler's default profile (the module's docstring)."""
+    """kube-scheduler's default profile, or with `most_allocated` the same profile whose
+    NodeResourcesFit scores by MostAllocated (the module's docstring)."""
 
-    def __init__(self, nodes: Sequence[TraceNode], shares: int, seed: int) -> None:
+    def __init__(
+        self, nodes: Sequence[TraceNode], shares: int, seed: int, most_allocated: bool = False
+    ) -> None:
         super().__init__(nodes, shares)
+        self.most_allocated = most_allocated
         self.nodes = {node.name: node for node in nodes}
         self.draw = random.Random(seed)
         self.start = 0
@@ -231,7 +248,10 @@ class DefaultProfile(_Claimed):
         self.start = (self.start + checked) % len(self.names)
         if not found:
             return None
-        scored = [(default_score(self.nodes[name], self._free(name), task), name) for name in found]
+        scored = [
+            (default_score(self.nodes[name], self._free(name), task, self.most_allocated), name)
+            for name in found
+        ]
         best = max(score for score, _ in scored)
         chosen = self.draw.choice([name for score, name in scored if score == best])
         return bind(self.scheduler, pod, task, [(chosen, 1)], self.shares)
@@ -311,8 +331,8 @@ class Fgd:
 def policy_for(
     name: str, nodes: Sequence[TraceNode], stays: Sequence[Stay], seed: int, shares: int = 100
 ) -> Policy:
-    if name == "default":
-        return DefaultProfile(nodes, shares, seed)
+    if name in ("default", "most-allocated"):
+        return DefaultProfile(nodes, shares, seed, most_allocated=name == "most-allocated")
     if name == "extender":
         return Extender(nodes, shares)
     if name == "fgd":
@@ -584,8 +604,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for seed in seeds:
         for name in policies:
-            if name != "default" and seed != seeds[0]:
-                continue  # only the default profile draws
+            if name not in ("default", "most-allocated") and seed != seeds[0]:
+                continue  # only kube-scheduler's profiles draw
             for bound in bounds:
                 record(fewest(name, ordered, stays, seed, bound))
             if args.fewest_only:

@@ -512,7 +512,12 @@ def write(results: Path, lists: Path = LISTS_RESULTS) -> None:
 DEPARTURES_BEGIN, DEPARTURES_END = "<!-- departures:begin -->", "<!-- departures:end -->"
 DEPARTURES_RESULTS = Path(__file__).parent / "results" / "departures.jsonl"
 DEPARTURES_PLOT = "packing-departures.svg"
-_DEPARTURE_POLICIES = {"default": "default profile", "extender": "extender", "fgd": "FGD"}
+_DEPARTURE_POLICIES = {
+    "default": "default profile",
+    "most-allocated": "MostAllocated profile",
+    "extender": "extender",
+    "fgd": "FGD",
+}
 _DAY = 86400
 
 
