@@ -410,6 +410,8 @@ def test_stock_scores_are_least_allocated_plus_the_change_in_balance() -> None:
     assert StockScores().score(node, free, pod) == 37 + 75
     # A Pod that asks neither CPU nor memory gets no balance score.
     assert StockScores().score(node, free, PodShape(0)) == (50 + 75) // 2
+    # MostAllocated: CPU 12/16 -> 75, memory 32/64 -> 50; mean 62, the same balance.
+    assert StockScores(most_allocated=True).score(node, free, pod) == 62 + 75
     # Unlike the extender's, the stock scores send a share to the emptier node.
     empty = NodeFree(16000, (MILLI,), memory=65536)
     fuller = NodeFree(8000, (500,), memory=65536 - 16384)
@@ -420,3 +422,38 @@ def test_stock_scores_are_least_allocated_plus_the_change_in_balance() -> None:
     arrivals = [Arrival(share, "first"), Arrival(share, "second")]
     assert placements(nodes, arrivals, StockScores()) == ["a", "b"]
     assert placements(nodes, arrivals, scorer_for(nodes, arrivals)) == ["a", "a"]
+
+
+def test_plan_counts_kube_scheduler_s_most_allocated_strategy_and_advises_it_when_it_needs_fewer(
+    tmp_path: Path,
+) -> None:
+    """A long-lived one-GPU task first, then a task of 120 CPUs that only the G3 node fits,
+    too rare to be one of the typical Pods: the extender ties the two empty nodes and takes
+    the lowest name, the G3; MostAllocated sends the first task to the node it fills more
+    of, and the G3 stays empty for the large task."""
+    rows = ["long,8000,32768,1,1000,,0,1000"] + [
+        f"s{i},8000,32768,1,{500 if i < 8 else 1000},,{10 + i},{11 + i}" for i in range(30)
+    ]
+    trace = TIMED + "\n".join([*rows, "big,120000,737280,8,1000,,100,200"]) + "\n"
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\na-big,128000,786432,8,G3\nb-small,96000,393216,8,G2\n"
+    )
+    done = plan_trace(tmp_path, trace, "--nodes", str(nodes), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["scheduled"]["scoredBy"], result["scheduled"]["nodes"]) == ("extender", 3)
+    packed = result["scheduledMostAllocated"]
+    assert (packed["scoredBy"], packed["nodes"], packed["gpus"]) == ("most-allocated", 2, 16)
+    assert result["extender"] == {
+        "worthDeploying": False,
+        "why": "on the nodes given kube-scheduler's MostAllocated strategy "
+        "(infra/scheduler/most-allocated.yaml) runs the workload on 16 GPUs, where the "
+        "extender needs 24",
+    }
+    text = plan_trace(tmp_path, trace, "--nodes", str(nodes)).stdout
+    assert (
+        "Placed by kube-scheduler with NodeResourcesFit's MostAllocated strategy and no "
+        "extender (infra/scheduler/most-allocated.yaml) (today, in process, in the input's "
+        "order, with its departures): 16 GPUs on 2 nodes" in text
+    )

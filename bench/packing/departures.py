@@ -33,9 +33,11 @@ Four policies, on the same nodes and the same tasks:
   node with the task on it, as kube-scheduler 1.30.14 does (1.37.2 scores the change
   the task makes to the balance, as `castslice plan`'s `placing.StockScores` does).
 - `most-allocated`: the same profile with NodeResourcesFit's scoring strategy set to
-  MostAllocated (`scoringStrategy: {type: MostAllocated}` in its KubeSchedulerConfiguration
-  args; most_allocated.go): the nodes most requested in proportion first, a bin packer
-  that knows nothing of GPUs.
+  MostAllocated over CPU and memory (infra/scheduler/most-allocated.yaml;
+  most_allocated.go): the nodes most requested in proportion first, a bin packer that
+  knows nothing of GPUs. The shipped profile scores every feasible node
+  (`percentageOfNodesToScore: 100`); here, as for the default profile, kube-scheduler's
+  adaptive share of them is, which is every node below 100.
 - `extender`: the shipped extender profile (`infra/scheduler/fgd-extender.yaml`): the
   extender's own view (`ClusterView`, its typical Pods learnt from the Pods present)
   scores every node that passes the filters, and the Pod is bound on the best, as in

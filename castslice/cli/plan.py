@@ -29,8 +29,10 @@ from castslice.contract.cluster import ApiError, Cluster, Unreachable
 from castslice.decision.admission import Admission
 from castslice.decision.workloads import kind_of, read_templates
 from castslice.extender.fragmentation import WHOLE
+from castslice.extender.placing import Scheduled, Scoring
 from castslice.inspect.plan import (
     GPUS_PER_NODE,
+    MOST_ALLOCATED_PROFILE,
     Estimate,
     Nodes,
     Plan,
@@ -351,8 +353,9 @@ def summary(result: Plan) -> list[str]:
 
 
 def scheduled_lines(result: Plan) -> list[str]:
-    """What the recommended configuration needs once kube-scheduler with the extender places
-    the workload, beside what perfect packing needs."""
+    """What the recommended configuration needs once kube-scheduler places the workload
+    (with the extender, or on its own scores), then with its MostAllocated strategy, each
+    beside what perfect packing needs."""
     placed = result.scheduled
     if placed is None:
         return (
@@ -360,11 +363,24 @@ def scheduled_lines(result: Plan) -> list[str]:
             if result.unscheduled
             else []
         )
-    scheduler = (
-        "kube-scheduler with the extender"
-        if placed.extender
-        else "kube-scheduler on its own scores (the extender scores no such GPUs)"
-    )
+    lines = [_count_line(result, placed)]
+    if result.packed is not None:
+        lines.append(_count_line(result, result.packed))
+    return lines
+
+
+# How each count's line names what ranked the nodes.
+_SCHEDULERS: dict[Scoring, str] = {
+    "extender": "kube-scheduler with the extender",
+    "kube-scheduler": "kube-scheduler on its own scores (the extender scores no such GPUs)",
+    "most-allocated": (
+        f"kube-scheduler with NodeResourcesFit's MostAllocated strategy and no extender "
+        f"({MOST_ALLOCATED_PROFILE})"
+    ),
+}
+
+
+def _count_line(result: Plan, placed: Scheduled) -> str:
     how = "with its departures" if placed.departures else "every task staying"
     fewer = f"; one node fewer leaves {placed.short} Pending" if placed.short else ""
     if placed.pools:
@@ -383,11 +399,11 @@ def scheduled_lines(result: Plan) -> list[str]:
         if placed.departures
         else f"{placed.floor / placed.gpus:.0%} of them if every share packed perfectly"
     )
-    return [
-        f"Placed by {scheduler} ({result.best.name}, in process, in the "
+    return (
+        f"Placed by {_SCHEDULERS[placed.scored_by]} ({result.best.name}, in process, in the "
         f"input's order, {how}): {_gpus(placed.gpus)} on {_node_count(placed.nodes)} {result.nodes}"
         f"{fewer}; {packed}."
-    ]
+    )
 
 
 def memory_lines(best: Estimate) -> list[str]:

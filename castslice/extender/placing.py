@@ -12,7 +12,8 @@ as the extender breaks them (`tie_broken`). The score is the extender's
 learns once it has seen the workload's Pods (it learns them as they arrive; in process they
 are known up front, which keeps the search below to seconds). Where the extender does not
 serve the GPUs (MIG instances), the score is the stock kube-scheduler's own
-(`StockScores`).
+(`StockScores`); and beside either, kube-scheduler's with NodeResourcesFit's MostAllocated
+strategy (infra/scheduler/most-allocated.yaml), a bin packer that knows nothing of GPUs.
 
 A cluster of n nodes is the first n of the input's nodes taken in an order that keeps their
 mix (each kind of node spread evenly over the order) and repeated past the list's end: a
@@ -31,9 +32,10 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Literal, Protocol
 
 from castslice.extender.fragmentation import (
+    MAX_NODE_SCORE,
     MILLI,
     NodeFree,
     PodShape,
@@ -47,6 +49,11 @@ from castslice.extender.fragmentation import (
 
 # The CPU and memory of a node whose size the input does not give: more than any task asks.
 UNBOUNDED = 1 << 62
+
+
+# What ranks the nodes: the extender (its profile scores nothing else), kube-scheduler's
+# default profile, or that profile with NodeResourcesFit's MostAllocated strategy.
+Scoring = Literal["extender", "kube-scheduler", "most-allocated"]
 
 
 @dataclass(frozen=True)
@@ -98,8 +105,7 @@ class Scheduled:
     """The fewest nodes (and their GPUs) on which every task is placed when it arrives;
     `short`: the first task left Pending on one node fewer; `departures`: whether tasks
     left; `pools`: each node pool's part where GPUs are shared by node pools (`short` is
-    then the first pool's); `extender`: whether the extender scored the nodes (else
-    kube-scheduler's own scores did)."""
+    then the first pool's); `scored_by`: what ranked the nodes (`Scoring`)."""
 
     nodes: int
     gpus: int
@@ -109,14 +115,14 @@ class Scheduled:
     # departures).
     floor: int
     pools: tuple[PoolCount, ...] = ()
-    extender: bool = True
+    scored_by: Scoring = "extender"
 
     def as_dict(self) -> dict[str, object]:
         return {
             "gpus": self.gpus,
             "nodes": self.nodes,
             "departures": self.departures,
-            "scoredBy": "extender" if self.extender else "kube-scheduler",
+            "scoredBy": self.scored_by,
             "pendingWithOneNodeFewer": self.short,
             "perfectPackingAtPeak": self.floor,
         } | ({"pools": [pool.as_dict() for pool in self.pools]} if self.pools else {})
@@ -138,21 +144,21 @@ class ExtenderScores:
         return self.scorer.score(free, shape)
 
 
-# kube-scheduler's MaxNodeScore.
-MAX_NODE_SCORE = 100
-
-
 class StockScores:
     """kube-scheduler's default profile's scores that tell the nodes of a Pod apart by what
     it asks (k8s.io/kubernetes v1.37.2, pkg/scheduler/framework/plugins/noderesources):
-    NodeResourcesFit's LeastAllocated over CPU and memory (least_allocated.go) plus
+    NodeResourcesFit's LeastAllocated over CPU and memory (least_allocated.go; with
+    `most_allocated`, its MostAllocated strategy, most_allocated.go) plus
     NodeResourcesBalancedAllocation's score of the change the Pod makes to the balance of
     CPU and memory (balanced_allocation.go; none for a Pod that asks neither), each at
     weight 1. The other default scores are alike on every node for the Pods counted here
-    (no affinity, taints, images or spread constraints). kube-scheduler scores the CPU
-    and memory of a Pod that asks none as 100m and 200 MiB in LeastAllocated; here a Pod
+    (no affinity, taints, images or spread constraints). kube-scheduler's NodeResourcesFit
+    scores the CPU and memory of a Pod that asks none as 100m and 200 MiB; here a Pod
     counts what it asks. Ties go to the lowest node name, as everywhere here, where
     kube-scheduler draws one of them at random."""
+
+    def __init__(self, most_allocated: bool = False) -> None:
+        self.most_allocated = most_allocated
 
     def score(self, node: NodeKind, free: NodeFree, shape: PodShape) -> int:
         # A resource the node has none of is left out, as kube-scheduler leaves it.
@@ -166,16 +172,20 @@ class StockScores:
         ]
         if not had:
             return 0
-        least = sum(
-            (whole - taken - asked) * MAX_NODE_SCORE // whole if taken + asked <= whole else 0
+        fit = sum(
+            min(taken + asked, whole) * MAX_NODE_SCORE // whole
+            if self.most_allocated
+            else (whole - taken - asked) * MAX_NODE_SCORE // whole
+            if taken + asked <= whole
+            else 0
             for taken, asked, whole in had
         ) // len(had)
         if not (shape.cpu_milli or shape.memory):
-            return least
+            return fit
         with_pod = _balance([(taken + asked, whole) for taken, asked, whole in had])
         without = _balance([(taken, whole) for taken, _, whole in had])
         half = MAX_NODE_SCORE // 2
-        return least + half + (half + with_pod - without) // 2
+        return fit + half + (half + with_pod - without) // 2
 
 
 def _balance(used: Sequence[tuple[int, int]]) -> int:
@@ -385,7 +395,7 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Extend
 
 
 def fewest(
-    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], extender: bool = True
+    nodes: Sequence[NodeKind], arrivals: Sequence[Arrival], scoring: Scoring = "extender"
 ) -> Scheduled:
     """The fewest nodes of `cluster(nodes, n)` on which every task is placed, found by
     growing the count by a quarter from the nodes whose GPUs the peak GPU demand fills, then
@@ -396,13 +406,18 @@ def fewest(
     split by each pool's peak demand, then lowers each pool's own count while every task is
     still placed, until none can give up a node. Tasks that ask no GPU go to any pool's
     nodes.
-    Without `extender`, kube-scheduler's own scores rank the nodes (`StockScores`).
+    `scoring` says what ranks the nodes: the extender, or kube-scheduler's own scores
+    (`StockScores`) under its default profile or with MostAllocated.
     Every task must fit an empty node of some kind (ValueError naming the first that does
     not; `unplaceable` names them all)."""
     unfit = unplaceable(nodes, arrivals)
     if unfit:
         raise ValueError(f"{unfit[0]} fits no empty node of the list")
-    scorer: NodeScores = scorer_for(nodes, arrivals) if extender else StockScores()
+    scorer: NodeScores = (
+        scorer_for(nodes, arrivals)
+        if scoring == "extender"
+        else StockScores(most_allocated=scoring == "most-allocated")
+    )
     departures = any(arrival.leaves is not None for arrival in arrivals)
     pools = _pools(arrivals)
     demands = [
@@ -462,7 +477,7 @@ def fewest(
         names[0],
         -(-peak_demand(arrivals) // MILLI),
         parts if pools != [""] else (),
-        extender,
+        scoring,
     )
 
 

@@ -69,6 +69,8 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 # trace and of the cloud GPU machine families.
 GPUS_PER_NODE = 8
 MILLI = 1000
+# The shipped kube-scheduler configuration whose NodeResourcesFit scores by MostAllocated.
+MOST_ALLOCATED_PROFILE = "infra/scheduler/most-allocated.yaml"
 # Below this share of the GPU demand in fractions of a GPU, fragments are too few for the
 # scheduler extender to be worth running.
 EXTENDER_SHARE = Fraction(1, 10)
@@ -219,12 +221,15 @@ class Plan:
     shared_demand: Fraction = Fraction(0)
     # Each sharing-pool backend's best under the other sharing strategy (the same GPUs).
     twins: list[Estimate] = field(default_factory=list)
-    # The GPUs the recommended configuration needs once kube-scheduler with the extender
-    # places the workload (None: not counted), and on what nodes.
+    # The GPUs the recommended configuration needs once kube-scheduler places the workload
+    # (with the extender, or on its own scores; None: not counted), and on what nodes.
     scheduled: Scheduled | None = None
     nodes: str = ""
     # Why the scheduler's count was not made for the nodes given ("": it was, or no nodes).
     unscheduled: str = ""
+    # The same count with kube-scheduler's MostAllocated strategy and no extender (None:
+    # not counted).
+    packed: Scheduled | None = None
 
     @property
     def extender_advice(self) -> tuple[bool, str]:
@@ -240,6 +245,13 @@ class Plan:
             return False, (
                 f"only {float(share):.0%} of the GPU demand comes in shares of a GPU: few "
                 "fragments for the scheduler extender to avoid"
+            )
+        scheduled, packed = self.scheduled, self.packed
+        if scheduled is not None and packed is not None and packed.gpus < scheduled.gpus:
+            return False, (
+                f"on the nodes given kube-scheduler's MostAllocated strategy "
+                f"({MOST_ALLOCATED_PROFILE}) runs the workload on {packed.gpus} GPUs, where "
+                f"the extender needs {scheduled.gpus}"
             )
         # A pool's clients are all one size: what strands there is CPU, memory and GPUs
         # a many-GPU Pod would need, not pieces of a GPU.
@@ -306,6 +318,11 @@ class Plan:
             "scheduled": (
                 self.scheduled.as_dict() | {"configuration": best.name, "nodeList": self.nodes}
                 if self.scheduled
+                else None
+            ),
+            "scheduledMostAllocated": (
+                self.packed.as_dict() | {"configuration": best.name, "nodeList": self.nodes}
+                if self.packed
                 else None
             ),
         } | ({"notScheduled": self.unscheduled} if self.unscheduled else {})
@@ -882,8 +899,9 @@ def plan(
     today's backend's when the user named it (the GPU nodes decide the backend), else the
     backend's whose recommended setting needs the fewest; only if it needs fewer GPUs than
     today, else it keeps today's settings and says why. With `nodes`, it also counts the
-    GPUs the recommended configuration needs once the scheduler with the extender places
-    the tasks on such nodes (`scheduled.fewest`)."""
+    GPUs the recommended configuration needs once kube-scheduler places the tasks on such
+    nodes (`placing.fewest`): with the extender where it scores the backend's GPUs, else on
+    its own scores; and again with its MostAllocated strategy and no extender."""
     candidates = dict(candidate_configs(config))
     estimates = [
         _estimate(config, candidate, tasks, name) for name, candidate in candidates.items()
@@ -923,7 +941,7 @@ def plan(
     marked = [replace(item, recommended=not keep and item.name == mine.name) for item in estimates]
     kept = [item for item in marked if item.recommended or _shown(item, chosen)] + twins
     opted = [task for task in tasks if task.opted_in]
-    placed = None
+    placed = packed = None
     unscheduled = ""
     layout = _layout(recommended, None if keep else candidates[mine.name].layout)
     scored = claims_devices or TOOLS[recommended.backend].extender_gpus == POOLS
@@ -943,7 +961,8 @@ def plan(
                 f"{_some(Counter(unfit))}: fit{'s' if len(unfit) == 1 else ''} no empty node "
                 f"{nodes.described} (its CPU, memory, GPUs or GPU model)"
             )
-        placed = fewest(nodes.kinds, arrivals, extender=scored)
+        placed = fewest(nodes.kinds, arrivals, "extender" if scored else "kube-scheduler")
+        packed = fewest(nodes.kinds, arrivals, "most-allocated")
     return Plan(
         len(tasks),
         len(opted),
@@ -960,6 +979,7 @@ def plan(
         placed,
         nodes.described if nodes else "",
         unscheduled,
+        packed,
     )
 
 

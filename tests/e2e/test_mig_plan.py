@@ -3,7 +3,8 @@ each instance pool's nodes cut into that profile alone and the whole-GPU pool's 
 labelled and advertising as the NVIDIA device plugin and GPU Feature Discovery leave them
 under the `mixed` strategy with mig-parted v0.15.0's layouts (tests/mig_nodes.py), the
 Pods written as plan's tasks and rewritten by CastSlice on plan's settings, kube-scheduler's
-default profile (no extender: it scores no MIG instances)."""
+default profile (no extender: it scores no MIG instances), and its MostAllocated count on
+kube-scheduler configured with infra/scheduler/most-allocated.yaml."""
 
 from __future__ import annotations
 
@@ -19,9 +20,14 @@ from tests.helpers import HEADER, run_plan
 from tests.procs import wait_until
 
 from ..mig_nodes import gpu_node_side
+from . import tools
+from .castslice_server import CastSliceServer
+from .cluster import LocalControlPlane
 from .mig_cluster import TIMEOUT, pod, start
 from .nodes import clear_unscheduled_pods, create_shaped_nodes, delete_nodes, shaped_node
-from .pods import create_pod, read_pod, unschedulable
+from .pods import create_namespace, create_pod, read_pod, unschedulable
+from .registration import register_and_wait
+from .tools import REPO_ROOT
 
 __all__ = ["start"]
 
@@ -36,38 +42,78 @@ TASKS = [("h0", 1, 500), ("q0", 1, 250), ("h1", 1, 500), ("w0", 1, 1000), ("q1",
 CPU_MILLI, MEMORY_MIB, GPUS_PER_NODE = 1000, 1024, 2
 
 
-def test_plan_s_mig_pool_counts_applied_as_printed_place_every_task_and_a_node_fewer_does_not(
-    api: kubernetes.client.ApiClient, namespace: str, start: Any, tmp_path: Path
-) -> None:
-    """On plan's counts every task runs; with one node fewer in a pool, the task plan names
-    for that pool stays Pending. The whole-GPU pool needs three nodes: the scheduler's own
-    scores spread the two one-GPU Pods over two nodes, and the two-GPU Pod needs a third."""
+SETTINGS = {
+    "CASTSLICE_BACKEND": "mig",
+    "CASTSLICE_MIG_GPU_MODELS": MODEL,
+    "CASTSLICE_SLICES_PER_GPU": str(SLICES_PER_GPU),
+}
+MOST_ALLOCATED = REPO_ROOT / "infra" / "scheduler" / "most-allocated.yaml"
+
+
+def _plan(tmp_path: Path) -> dict[str, Any]:
+    """`castslice plan` on TASKS and nodes of two GPUs, as JSON."""
     trace = tmp_path / "tasks.csv"
     trace.write_text(HEADER + "".join(
         f"{name},{CPU_MILLI},{MEMORY_MIB},{gpus},{milli},\n" for name, gpus, milli in TASKS
     ))  # fmt: skip
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(f"sn,cpu_milli,memory_mib,gpu,model\nn,8000,32768,{GPUS_PER_NODE},A100\n")
-    settings = {
-        "CASTSLICE_BACKEND": "mig",
-        "CASTSLICE_MIG_GPU_MODELS": MODEL,
-        "CASTSLICE_SLICES_PER_GPU": str(SLICES_PER_GPU),
-    }
     done = run_plan("--trace", str(trace), "--nodes", str(nodes), "--backend", "mig",
                     "--mig-gpu-models", MODEL, "--slices-per-gpu", str(SLICES_PER_GPU),
                     "-o", "json")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    scheduled = result["scheduled"]
-    assert scheduled["scoredBy"] == "kube-scheduler"
-    start(settings | result["recommendation"]["environment"])
-    parts = {part["pool"]: part for part in scheduled["pools"]}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _check_counts(api: kubernetes.client.ApiClient, namespace: str, count: dict[str, Any]) -> None:
+    """On the count's nodes every task runs; one node fewer in a pool leaves the task the
+    count names for that pool Pending."""
+    parts = {part["pool"]: part for part in count["pools"]}
     counts = {pool: part["nodes"] for pool, part in parts.items()}
-    assert counts == {"3g.40gb": 1, "1g.20gb": 1, WHOLE: 3}
     assert _first_pending(api, namespace, counts) is None
     for pool, part in parts.items():
         fewer = counts | {pool: counts[pool] - 1}
         assert _first_pending(api, namespace, fewer) == part["pendingWithOneNodeFewer"]
+
+
+def test_plan_s_mig_pool_counts_applied_as_printed_place_every_task_and_a_node_fewer_does_not(
+    api: kubernetes.client.ApiClient, namespace: str, start: Any, tmp_path: Path
+) -> None:
+    """On plan's counts every task runs; with one node fewer in a pool, the task plan names
+    for that pool stays Pending. The whole-GPU pool needs three nodes: the scheduler's own
+    scores spread the two one-GPU Pods over two nodes, and the two-GPU Pod needs a third."""
+    result = _plan(tmp_path)
+    scheduled = result["scheduled"]
+    assert scheduled["scoredBy"] == "kube-scheduler"
+    assert {part["pool"]: part["nodes"] for part in scheduled["pools"]} == {
+        "3g.40gb": 1, "1g.20gb": 1, WHOLE: 3
+    }  # fmt: skip
+    start(SETTINGS | result["recommendation"]["environment"])
+    _check_counts(api, namespace, scheduled)
+
+
+def test_plan_s_most_allocated_count_holds_on_the_shipped_profile(
+    nginx: Path, tmp_path: Path
+) -> None:
+    """The same tasks under infra/scheduler/most-allocated.yaml: the second one-GPU Pod goes
+    beside the first, and the two-GPU Pod finds the other node empty: two whole-GPU nodes,
+    as plan's MostAllocated count says."""
+    result = _plan(tmp_path)
+    packed = result["scheduledMostAllocated"]
+    assert packed["scoredBy"] == "most-allocated"
+    assert {part["pool"]: part["nodes"] for part in packed["pools"]} == {
+        "3g.40gb": 1, "1g.20gb": 1, WHOLE: 2
+    }  # fmt: skip
+    settings = SETTINGS | result["recommendation"]["environment"]
+    with (
+        LocalControlPlane(tools.kube_binaries(), scheduler_config=MOST_ALLOCATED) as plane,
+        CastSliceServer(nginx, settings) as server,
+    ):
+        api = plane.api_client()
+        register_and_wait(api, server)
+        namespace = create_namespace(api, f"mig-plan-{uuid.uuid4().hex[:6]}")
+        _check_counts(api, namespace, packed)
 
 
 def _first_pending(
