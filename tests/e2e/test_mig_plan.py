@@ -66,6 +66,17 @@ def _plan(tmp_path: Path) -> dict[str, Any]:
     return result
 
 
+def _count(result: dict[str, Any], key: str, scored_by: str, whole_nodes: int) -> dict[str, Any]:
+    """Plan's count `key`, checked: what ranked the nodes, one node for each instance pool
+    and `whole_nodes` for whole GPUs."""
+    count: dict[str, Any] = result[key]
+    assert count["scoredBy"] == scored_by
+    assert {part["pool"]: part["nodes"] for part in count["pools"]} == {
+        "3g.40gb": 1, "1g.20gb": 1, WHOLE: whole_nodes
+    }  # fmt: skip
+    return count
+
+
 def _check_counts(api: kubernetes.client.ApiClient, namespace: str, count: dict[str, Any]) -> None:
     """On the count's nodes every task runs; one node fewer in a pool leaves the task the
     count names for that pool Pending."""
@@ -84,11 +95,7 @@ def test_plan_s_mig_pool_counts_applied_as_printed_place_every_task_and_a_node_f
     for that pool stays Pending. The whole-GPU pool needs three nodes: the scheduler's own
     scores spread the two one-GPU Pods over two nodes, and the two-GPU Pod needs a third."""
     result = _plan(tmp_path)
-    scheduled = result["scheduled"]
-    assert scheduled["scoredBy"] == "kube-scheduler"
-    assert {part["pool"]: part["nodes"] for part in scheduled["pools"]} == {
-        "3g.40gb": 1, "1g.20gb": 1, WHOLE: 3
-    }  # fmt: skip
+    scheduled = _count(result, "scheduled", "kube-scheduler", whole_nodes=3)
     start(SETTINGS | result["recommendation"]["environment"])
     _check_counts(api, namespace, scheduled)
 
@@ -100,11 +107,7 @@ def test_plan_s_most_allocated_count_holds_on_the_shipped_profile(
     beside the first, and the two-GPU Pod finds the other node empty: two whole-GPU nodes,
     as plan's MostAllocated count says."""
     result = _plan(tmp_path)
-    packed = result["scheduledMostAllocated"]
-    assert packed["scoredBy"] == "most-allocated"
-    assert {part["pool"]: part["nodes"] for part in packed["pools"]} == {
-        "3g.40gb": 1, "1g.20gb": 1, WHOLE: 2
-    }  # fmt: skip
+    packed = _count(result, "scheduledMostAllocated", "most-allocated", whole_nodes=2)
     settings = SETTINGS | result["recommendation"]["environment"]
     with (
         LocalControlPlane(tools.kube_binaries(), scheduler_config=MOST_ALLOCATED) as plane,
