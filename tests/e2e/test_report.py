@@ -137,10 +137,19 @@ def _nodes(api: kubernetes.client.ApiClient, backend: str, namespace: str) -> It
             yield {node.name: node for node in created}
 
 
+# The scheduler's words for a Pod no node has room for; a Pod whose claim the controller
+# has not created yet is also Unschedulable, for a moment, and is not decided.
+_NO_ROOM = ("Insufficient", "cannot allocate all claims")
+
+
 def _settle(api: kubernetes.client.ApiClient, namespace: str, count: int) -> None:
+    def refused(pod: Manifest) -> bool:
+        message = unschedulable(pod) or ""
+        return any(phrase in message for phrase in _NO_ROOM)
+
     def decided() -> bool:
         pods = list_pods(api, namespace, "")
-        return len(pods) == count and all(running(p) or unschedulable(p) for p in pods)
+        return len(pods) == count and all(running(p) or refused(p) for p in pods)
 
     wait_until(decided, timeout=_TIMEOUT, what=f"{count} Pods in {namespace} placed", interval=0.2)
 
