@@ -78,7 +78,8 @@ from typing import Protocol
 
 from castslice.contract import Manifest
 from castslice.extender.cluster_view import ClusterView
-from castslice.extender.fragmentation import MAX_NODE_SCORE, NodeFree, accessible, take
+from castslice.extender.fragmentation import NodeFree, accessible, take
+from castslice.extender.placing import balance, fit_score
 
 from . import report
 from .extender_cost import (
@@ -206,23 +207,14 @@ def default_score(
     node: TraceNode, free: NodeFree, task: TraceTask, most_allocated: bool = False
 ) -> int:
     """NodeResourcesFit (LeastAllocated, or MostAllocated) plus
-    NodeResourcesBalancedAllocation, on CPU and memory, the task counted on the node."""
-    capacities = (node.cpu_milli, node.memory_mib << 20)
-    requested = (
-        node.cpu_milli - free.cpu_milli + task.cpu_milli,
-        (node.memory_mib << 20) - free.memory + (task.memory_mib << 20),
-    )
-    fit = sum(
-        min(want, have) * MAX_NODE_SCORE // have
-        if most_allocated
-        else 0
-        if want > have
-        else (have - want) * MAX_NODE_SCORE // have
-        for want, have in zip(requested, capacities, strict=True)
-    ) // len(capacities)
-    fractions = [min(1.0, want / have) for want, have in zip(requested, capacities, strict=True)]
-    balanced = int((1 - abs(fractions[0] - fractions[1]) / 2) * MAX_NODE_SCORE)
-    return fit + balanced
+    NodeResourcesBalancedAllocation, on CPU and memory, the task counted on the node
+    (BalancedAllocation as kube-scheduler 1.30.14 scores it: the balance with the task)."""
+    had = [
+        (node.cpu_milli - free.cpu_milli, task.cpu_milli, node.cpu_milli),
+        ((node.memory_mib << 20) - free.memory, task.memory_mib << 20, node.memory_mib << 20),
+    ]
+    requested = [(taken + asked, whole) for taken, asked, whole in had]
+    return fit_score(had, most_allocated) + balance(requested)
 
 
 class DefaultProfile(_Claimed):

@@ -172,25 +172,32 @@ class StockScores:
         ]
         if not had:
             return 0
-        fit = sum(
-            min(taken + asked, whole) * MAX_NODE_SCORE // whole
-            if self.most_allocated
-            else (whole - taken - asked) * MAX_NODE_SCORE // whole
-            if taken + asked <= whole
-            else 0
-            for taken, asked, whole in had
-        ) // len(had)
+        fit = fit_score(had, self.most_allocated)
         if not (shape.cpu_milli or shape.memory):
             return fit
-        with_pod = _balance([(taken + asked, whole) for taken, asked, whole in had])
-        without = _balance([(taken, whole) for taken, _, whole in had])
+        with_pod = balance([(taken + asked, whole) for taken, asked, whole in had])
+        without = balance([(taken, whole) for taken, _, whole in had])
         half = MAX_NODE_SCORE // 2
         return fit + half + (half + with_pod - without) // 2
 
 
-def _balance(used: Sequence[tuple[int, int]]) -> int:
-    """balancedResourceScore: 100 less the spread of the resources' used fractions (half
-    their gap for two)."""
+def fit_score(had: Sequence[tuple[int, int, int]], most_allocated: bool = False) -> int:
+    """NodeResourcesFit's score over (taken, asked, allocatable) of each resource, weight 1
+    each: LeastAllocated (leastRequestedScore: 0 where the Pod overflows), or MostAllocated
+    (mostRequestedScore: what is asked counted up to the allocatable)."""
+    return sum(
+        min(taken + asked, whole) * MAX_NODE_SCORE // whole
+        if most_allocated
+        else (whole - taken - asked) * MAX_NODE_SCORE // whole
+        if taken + asked <= whole
+        else 0
+        for taken, asked, whole in had
+    ) // len(had)
+
+
+def balance(used: Sequence[tuple[int, int]]) -> int:
+    """balancedResourceScore over (used, allocatable) of each resource: 100 less the spread
+    of their used fractions (half their gap for two)."""
     fractions = [min(taken / whole, 1.0) for taken, whole in used]
     gap = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
     return int((1 - gap) * MAX_NODE_SCORE)

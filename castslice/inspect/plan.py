@@ -236,7 +236,7 @@ class Plan:
         """Whether the fragmentation-aware scheduler extender is worth deploying, and why."""
         share = self.shared_demand / self.demand if self.demand else Fraction(0)
         pools = not self.recommended_claims_devices and TOOLS[self.backend].extender_gpus == POOLS
-        if not (self.recommended_claims_devices or pools):
+        if not extender_scores(self.backend, self.recommended_claims_devices):
             return False, (
                 "the scheduler extender scores GPUs shared as DRA devices or by node pools; "
                 "the recommended backend's GPUs are neither"
@@ -631,6 +631,12 @@ def _some(names: Counter[str], shown: int = 3) -> str:
     return ", ".join(listed[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
+def extender_scores(backend: str, claims_devices: bool) -> bool:
+    """Whether the scheduler extender scores a backend's GPUs: DRA devices it claims (not
+    MIG instances), or sharing node pools."""
+    return claims_devices or TOOLS[backend].extender_gpus == POOLS
+
+
 def instance_pool(pool: str) -> bool:
     """Whether a node pool is of GPUs cut into instances (named by their profile), not of
     GPUs shared by a sharing degree or whole."""
@@ -944,7 +950,7 @@ def plan(
     placed = packed = None
     unscheduled = ""
     layout = _layout(recommended, None if keep else candidates[mine.name].layout)
-    scored = claims_devices or TOOLS[recommended.backend].extender_gpus == POOLS
+    scored = extender_scores(recommended.backend, claims_devices)
     if nodes is not None and not (scored or layout):
         unscheduled = (
             f"{recommended.backend}'s Pods ask for units of one resource per node, which the "
