@@ -408,6 +408,9 @@ def test_stock_scores_are_least_allocated_plus_the_change_in_balance() -> None:
     # LeastAllocated: CPU (16-12)/16 -> 25, memory (64-32)/64 -> 50; mean 37.
     # Balance: 0.75 and 0.5 after, 0.5 and 0.25 before: 100 - 12.5 -> 87 both; 50 + 50/2.
     assert StockScores().score(node, free, pod) == 37 + 75
+    # A Pod that evens the node out scores more: 0.5 and 0.25 used before, 0.5 and 0.5
+    # after: 87 to 100, 50 + (50 + 13) // 2; LeastAllocated 50 and 50.
+    assert StockScores().score(node, free, PodShape(0, memory=16384)) == 50 + 81
     # A Pod that asks neither CPU nor memory gets no balance score.
     assert StockScores().score(node, free, PodShape(0)) == (50 + 75) // 2
     # MostAllocated: CPU 12/16 -> 75, memory 32/64 -> 50; mean 62, the same balance.
