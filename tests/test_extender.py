@@ -387,7 +387,7 @@ def test_a_node_joining_changes_the_load_the_view_scores_with() -> None:
     assert shape is not None and view.gpus_per_model() == {"T4": 10, "G2": 8}
     after = view.scores(free, names)
     assert [score for _, score in after] == [
-        extender_score(node, shape, typical, view.gpus_per_model()) if node else 0
+        extender_score(node, shape, typical, view.gpus_per_model(), rare=view.rare()) if node else 0
         for node in (view.recounted(name) for name in names)
     ]
     assert dict(after)["t4"] > before["t4"]

@@ -146,7 +146,9 @@ def test_pool_scores_are_the_reference_port_s_after_any_binding(backend: str) ->
         assert shape is not None
         scores = view.scores(pod, names)
         assert [score for _, score in scores] == [
-            extender_score(free, shape, typical, view.gpus_per_model()) if free else 0
+            extender_score(free, shape, typical, view.gpus_per_model(), rare=view.rare())
+            if free
+            else 0
             for free in (view.recounted(name) for name in names)
         ]
         # Bound to its pool's first node with a client free, as the scheduler would.
@@ -194,7 +196,9 @@ def test_a_pool_trace_sample_is_scored_as_the_reference_while_it_fills(configura
         assert shape is not None
         scores = view.scores(pod, names)
         assert [score for _, score in scores] == [
-            extender_score(free, shape, typical, view.gpus_per_model()) if free else 0
+            extender_score(free, shape, typical, view.gpus_per_model(), rare=view.rare())
+            if free
+            else 0
             for free in (view.recounted(name) for name in names)
         ]
         placed += extender_cost.bind_pool(view, pod, scores) is not None

@@ -95,7 +95,8 @@ def _reference_scores(view: ClusterView, names: list[str], shape: PodShape) -> l
     typical = view.typical()
     frees = [view.recounted(name) for name in names]
     return [
-        extender_score(free, shape, typical, view.gpus_per_model()) if free else 0 for free in frees
+        extender_score(free, shape, typical, view.gpus_per_model(), rare=view.rare()) if free else 0
+        for free in frees
     ]
 
 

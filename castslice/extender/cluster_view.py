@@ -14,7 +14,14 @@ from typing import Any
 
 from castslice.contract import Manifest
 from castslice.extender.expectations import EXPECTATION_OUTCOMES, Expectations, Expected
-from castslice.extender.fragmentation import NodeFree, PodShape, Scorer, tie_broken, typical_pods
+from castslice.extender.fragmentation import (
+    NodeFree,
+    PodShape,
+    Scorer,
+    rare_shapes,
+    tie_broken,
+    typical_pods,
+)
 from castslice.extender.free_view import FreeView
 from castslice.extender.watching import Pools, Watched, uid_of
 
@@ -126,12 +133,22 @@ class ClusterView:
             self._typical = typical_pods(shapes)
             self._learnt_from = watched.resolved = len(shapes)
             self._gpus_per_model, self._cpu_per_gpu = gpus_per_model, cpu_per_gpu
-            self._scorer = Scorer(self._typical, gpus_per_model, cpu_per_gpu)
+            # Rare shapes from every Pod seen, gone ones too: the few tasks that need the
+            # largest nodes come seldom, and seldom while a Pod that could take their node
+            # is scored.
+            rare = rare_shapes(watched.seen, map(self.frees.empty, watched.nodes))
+            self._scorer = Scorer(self._typical, gpus_per_model, cpu_per_gpu, rare)
             # Every score was over the old typical Pods; the free resources stay.
             for known in self.frees.known.values():
                 known.scores.clear()
             self._shape_numbers.clear()
         return self._typical
+
+    def rare(self) -> list[PodShape]:
+        """The rare shapes the scores keep nodes for (`fragmentation.rare_shapes`)."""
+        with self._lock:
+            self._typical_locked()
+            return list(self._scorer.rare)
 
     def gpus_per_model(self) -> dict[str, int]:
         """The GPUs of each model the nodes have, as the scores weigh pinned Pods against."""
@@ -255,6 +272,7 @@ class ClusterView:
                 name: free for name in self.watched.nodes if (free := self.frees.of(name).free)
             }
             typical = self._typical_locked()
+            rare = self._scorer.rare
             outcomes = self.expectations.outcomes
         return {
             "nodes": {
@@ -266,6 +284,11 @@ class ClusterView:
                 {"cpuMilli": shape.cpu_milli, "gpuMilli": shape.gpu_milli, "gpus": shape.gpus,
                  "models": list(shape.models), "memory": shape.memory, "frequency": frequency}
                 for shape, frequency in typical
+            ],
+            "rarePods": [
+                {"cpuMilli": shape.cpu_milli, "gpuMilli": shape.gpu_milli, "gpus": shape.gpus,
+                 "models": list(shape.models), "memory": shape.memory}
+                for shape in rare
             ],
             "expectations": {name: outcomes[name] for name in EXPECTATION_OUTCOMES},
         }  # fmt: skip

@@ -354,6 +354,45 @@ def _tie_key(node: NodeFree, pod: PodShape, cpu_scarce: bool) -> int:
     return packing_key(node) if packs_by_fullness(pod, cpu_scarce) else 0
 
 
+# A Pod shape is rare where it fits, on an empty node, on fewer than this share of the
+# nodes with GPUs.
+RARE_SHARE = 0.05
+
+
+def rare_shapes(
+    seen: Iterable[PodShape], empty: Iterable[NodeFree], share: float = RARE_SHARE
+) -> list[PodShape]:
+    """The GPU Pod shapes of `seen` that fit, on an empty node (`empty`: every node with
+    nothing placed), on at least one but fewer than `share` of the nodes with GPUs."""
+    kinds = Counter(node for node in empty if node.gpu_milli)
+    nodes = sum(kinds.values())
+    found = []
+    for pod in sorted({shape for shape in seen if shape.gpus}):
+        hosting = sum(count for node, count in kinds.items() if hosts(node, pod))
+        if 0 < hosting < share * nodes:
+            found.append(pod)
+    return found
+
+
+def hosts(node: NodeFree, pod: PodShape) -> bool:
+    """Whether the Pod fits the node as it is (FGD's Q3)."""
+    return quadrant(node, pod) == Q3_SATISFIED
+
+
+def keeps_rare(node: NodeFree, after: NodeFree, pod: PodShape, rare: Sequence[PodShape]) -> int:
+    """The tie key of a Pod of whole GPUs: 1 where placing it leaves the node able to host
+    every rare shape (`rare_shapes`) it could host before, else 0; 0 for other Pods, whose
+    ties the packing key breaks or leaves to the name. Tied by name, a long-lived Pod of
+    one whole GPU that finds several empty nodes takes the lowest name, which may be one of
+    the few nodes large enough for a rare eight-GPU task, and keeps it from that task for
+    its whole life: on the openb trace with its departures, `castslice plan`'s count for
+    the extender falls from 241 GPUs to 76 with this key, and where nothing leaves the
+    fourteen FGD lists place as much or more (docs/performance.md, "Pods that leave")."""
+    if not rare or not pod.gpus or pod.gpu_milli < MILLI:
+        return 0
+    return int(not any(hosts(node, shape) and not hosts(after, shape) for shape in rare))
+
+
 # The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its
 # pinned Pods are expected to ask for (`pinned_load`), so models wanted alike tie and the
 # fuller node decides among them.
@@ -438,11 +477,13 @@ def extender_score(
     gpus_per_model: GpusPerModel,
     measure: Fragmentation | None = None,
     cpu_per_gpu: float = 0.0,
+    rare: Sequence[PodShape] = (),
 ) -> int:
     """FGD's score for the GPU the allocator will pick, x TIE_RANGE, plus the tie key: the
     node's model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE
     plus the packing key of the node once the Pod is placed (`packs_by_fullness`, over the
-    GPU nodes' `cpu_per_gpu`)."""
+    GPU nodes' `cpu_per_gpu`), or for whole GPUs whether the node keeps the `rare` shapes
+    (`keeps_rare`)."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
     fgd = fgd_score(node, pod, typical, gpu, measure)
@@ -450,6 +491,7 @@ def extender_score(
         fgd * TIE_RANGE
         + model_place(node, pod, typical, gpus_per_model) * KEY_RANGE
         + _tie_key(after or node, pod, cpu_scarcer(typical, cpu_per_gpu))
+        + (keeps_rare(node, after, pod, rare) if after is not None else 0)
     )
 
 
@@ -473,9 +515,14 @@ class Scorer:
     compares them on random and trace nodes)."""
 
     def __init__(
-        self, typical: TypicalPods, gpus_per_model: GpusPerModel, cpu_per_gpu: float = 0.0
+        self,
+        typical: TypicalPods,
+        gpus_per_model: GpusPerModel,
+        cpu_per_gpu: float = 0.0,
+        rare: Sequence[PodShape] = (),
     ) -> None:
         self.typical = list(typical)
+        self.rare = list(rare)
         self._loads = pinned_load(typical, gpus_per_model)
         self._cpu_scarce = cpu_scarcer(typical, cpu_per_gpu)
         self._cpus = sorted({pod.cpu_milli for pod, _ in typical})
@@ -539,8 +586,8 @@ class Scorer:
         )
 
     def score(self, node: NodeFree, pod: PodShape, before: float | None = None) -> int:
-        """`extender_score(node, pod, typical, gpus_per_model)`; `before`: the node's
-        fragmentation, if known."""
+        """`extender_score` over the scorer's typical Pods, GPUs per model, CPU per GPU and
+        rare shapes; `before`: the node's fragmentation, if known."""
         left = node.gpu_milli
         place = self._place(node, pod)
         if pod.asks_nothing:
@@ -576,6 +623,9 @@ class Scorer:
         if packs_by_fullness(pod, self._cpu_scarce):
             kept = min(sum(after), _KEY_SPAN)
             key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
+        elif self.rare:
+            placed = NodeFree(cpu_after, tuple(after), node.model, memory_after, node.pool)
+            key = keeps_rare(node, placed, pod, self.rare)
         return _gradient_score(before, measured) * TIE_RANGE + place + key
 
     def _place(self, node: NodeFree, pod: PodShape) -> int:

@@ -109,6 +109,15 @@ class FreeView:
             for name in cpu
         }
 
+    def empty(self, name: str) -> NodeFree:
+        """The node's resources with nothing placed on it."""
+        node = self.watched.nodes[name]
+        if self.watched.pools is not None:
+            gpus = spread_clients(node.gpus, node.clients, 0)
+            return NodeFree(node.cpu_milli, gpus, node.model, node.memory, node.pool)
+        gpus = (MILLI,) * len(self.watched.devices_of(name))
+        return NodeFree(node.cpu_milli, gpus, node.model, node.memory)
+
     def _node_free(self, name: str, cpu: int, memory: int, held: int, gpus: list[int]) -> NodeFree:
         """The node's free resources from what its Pods and claims leave, less what the
         Pods expected there take that the watch has not shown yet."""

@@ -43,6 +43,7 @@ from castslice.extender.fragmentation import (
     accessible,
     cpu_per_gpu,
     first_fit,
+    rare_shapes,
     take,
     typical_pods,
 )
@@ -387,16 +388,19 @@ class _Placer:
 def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> ExtenderScores:
     """The extender's score over the typical Pods of the whole workload, its pinned Pods
     weighed against the GPUs of each model `nodes` have and its CPU against their CPU per
-    GPU (`cluster` keeps their mix)."""
+    GPU (`cluster` keeps their mix), its rare shapes the whole workload's on `nodes`: a
+    cluster whose extender has seen the workload before."""
     gpus_per_model: Counter[str] = Counter()
     for node in nodes:
         if node.model:
             gpus_per_model[node.model] += node.gpus
+    shapes = [arrival.shape for arrival in arrivals]
     return ExtenderScores(
         Scorer(
-            typical_pods(arrival.shape for arrival in arrivals),
+            typical_pods(shapes),
             gpus_per_model,
             cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
+            rare_shapes(shapes, map(_empty, nodes)),
         )
     )
 
