@@ -35,6 +35,7 @@ from castslice.extender.fragmentation import (
     packing_key,
     pinned_load,
     quadrant,
+    rare_shapes,
     tie_broken,
     typical_pods,
 )
@@ -634,6 +635,98 @@ def test_prioritize_sends_a_pod_to_the_lowest_named_of_identical_nodes() -> None
     answer = {item["Host"]: item["Score"] for item in json.loads(body)}
     assert max(answer, key=answer.__getitem__) == "empty"
     assert answer["empty"] > answer["empty-1"] > answer["empty-2"]
+
+
+# An eight-GPU task of 120 CPUs, which only a node of 128 CPUs fits, and a one-GPU one.
+LARGE = PodShape(120000, 1000, 8)
+ONE_GPU = PodShape(8000, 1000, 1)
+BIG_NODE = NodeFree(128000, (1000,) * 8)
+SMALL_NODE = NodeFree(64000, (1000,) * 8)
+
+
+def test_a_rare_shape_fits_empty_on_fewer_than_one_in_twenty_of_the_nodes_with_gpus() -> None:
+    cpu_only = NodeFree(256000, ())
+    too_large = PodShape(200000, 1000, 8)
+    seen = [LARGE, ONE_GPU, too_large, PodShape(120000), LARGE]
+    # One node in 21 fits LARGE; every node ONE_GPU; none too_large; a CPU-only shape
+    # never counts.
+    assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 20, *[cpu_only] * 5]) == [LARGE]
+    # One in 20 is not fewer than 5 %: the CPU-only nodes do not count.
+    assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 19, *[cpu_only] * 5]) == []
+
+
+def test_whole_gpus_that_fgd_scores_alike_keep_off_the_node_a_rare_shape_needs() -> None:
+    typical = [(ONE_GPU, 1.0)]
+    plain, keeping = Scorer(typical, {}), Scorer(typical, {}, rare=[LARGE])
+    # FGD and every tie key alike: without rare shapes the name decides.
+    assert plain.score(BIG_NODE, ONE_GPU) == plain.score(SMALL_NODE, ONE_GPU)
+    assert keeping.score(BIG_NODE, ONE_GPU) < keeping.score(SMALL_NODE, ONE_GPU)
+    assert keeping.score(SMALL_NODE, ONE_GPU) == plain.score(SMALL_NODE, ONE_GPU) + 1
+    # The key only breaks ties: FGD's score still comes first.
+    assert (
+        keeping.score(SMALL_NODE, ONE_GPU) // TIE_RANGE
+        == plain.score(BIG_NODE, ONE_GPU) // TIE_RANGE
+    )
+    # A node that could not host the rare shape before loses nothing by the Pod.
+    used_big = NodeFree(128000, (0,) + (1000,) * 7)
+    assert keeping.score(used_big, ONE_GPU) % 1000 == 1
+    # Shares keep their own tie key (the fuller node), rare shapes or not.
+    share = PodShape(8000, 500, 1)
+    assert keeping.score(BIG_NODE, share) == plain.score(BIG_NODE, share)
+    for node in (BIG_NODE, SMALL_NODE, used_big):
+        assert keeping.score(node, ONE_GPU) == extender_score(
+            node, ONE_GPU, typical, {}, rare=[LARGE]
+        )
+
+
+def _rare_view() -> tuple[ClusterView, list[str]]:
+    """Eight GPUs on each node: `a-big` of 128 CPUs, twenty of 64."""
+    names = ["a-big", *(f"small-{index:02d}" for index in range(20))]
+    view = ClusterView(CAPACITY, S)
+    view.replace(
+        "nodes",
+        [_node("a-big", cpu="128", memory="1Ti"),
+         *(_node(name, cpu="64", memory="512Gi") for name in names[1:])],
+    )  # fmt: skip
+    view.replace("resourceslices", [_slice(name, 8) for name in names])
+    return view, names
+
+
+def _best(view: ClusterView, pod: dict, names: list[str]) -> str:
+    scored = view.prioritize(pod, names)
+    return max(scored, key=lambda item: item[1])[0]
+
+
+@pytest.mark.parametrize("saw_large", [True, False])
+def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_seen_before_needs(
+    saw_large: bool,
+) -> None:
+    """The large task has come and gone; a one-GPU Pod then finds every node empty and
+    FGD scoring them alike. Remembering the large shape, the extender keeps the one node
+    it fits free; never having seen it, it takes the lowest name, that node."""
+    view, names = _rare_view()
+    if saw_large:
+        view.apply("resourceclaims", "ADDED", _claim("large", S, devices=8))
+        view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
+        assert view.rare() == [PodShape(120000, 1000, 8, (), GIB)]
+        assert view.summary()["rarePods"] == [
+            {"cpuMilli": 120000, "gpuMilli": 1000, "gpus": 8, "models": [], "memory": GIB}
+        ]
+        view.apply("pods", "DELETED", _pod("large", "large", cpu="120"))
+        view.apply("resourceclaims", "DELETED", _claim("large", S, devices=8))
+    view.apply("resourceclaims", "ADDED", _claim("one", S))
+    best = _best(view, _pod("one", "one", cpu="8"), names)
+    assert best == ("small-00" if saw_large else "a-big")
+
+
+def test_a_gpu_pod_gone_before_any_score_call_is_remembered_too() -> None:
+    view, _ = _rare_view()
+    view.apply("resourceclaims", "ADDED", _claim("large", S, devices=8))
+    view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
+    view.apply("pods", "DELETED", _pod("large", "large", cpu="120"))
+    view.apply("resourceclaims", "DELETED", _claim("large", S, devices=8))
+    assert view.rare() == [PodShape(120000, 1000, 8, (), GIB)]
+    assert view.typical() == []
 
 
 def test_prioritize_answers_a_host_priority_list_for_the_node_names(served) -> None:

@@ -199,8 +199,13 @@ class Watched:
         uid = uid_of(item)
         known = self.pods.get(uid)
         if event == "DELETED":
-            self.pods.pop(uid, None)
-            self.unresolved.discard(uid)
+            gone = self.pods.pop(uid, None)
+            if gone is not None and uid in self.unresolved:
+                # Gone before a score call resolved it: its shape is remembered all the same.
+                self.unresolved.discard(uid)
+                shape = self.shape(gone)
+                if shape is not None:
+                    self._remember(shape)
         else:
             pod = self.read_pod(item)
             if known is not None and known.shape is not None:
@@ -378,10 +383,13 @@ class Watched:
                 pod.shape = shape
                 self.unresolved.discard(uid)
                 self.resolved += 1
-                if shape.gpus and shape not in self.seen:
-                    if len(self.seen) >= _SEEN_SHAPES:
-                        self.seen.clear()
-                    self.seen.add(shape)
+                self._remember(shape)
+
+    def _remember(self, shape: PodShape) -> None:
+        if shape.gpus and shape not in self.seen:
+            if len(self.seen) >= _SEEN_SHAPES:
+                self.seen.clear()
+            self.seen.add(shape)
 
 
 def uid_of(pod: Manifest) -> str:

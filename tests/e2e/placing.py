@@ -41,6 +41,7 @@ class PlacingCluster:
     held_milli: HeldMilli
     extender: ExtenderProcess | None
     created: int = 0
+    deleted: int = 0
 
     def place(self, task: TraceTask, away_from: str | None = None) -> str | None:
         """Create the task's Pod once the extender (if any) has seen every earlier placement;
@@ -67,9 +68,20 @@ class PlacingCluster:
             }
         kubernetes.client.CoreV1Api(self.api).create_namespaced_pod(NAMESPACE, manifest)
         self.created += 1
-        pods = settle(kubernetes.client.CoreV1Api(self.api), self.created)
+        pods = settle(kubernetes.client.CoreV1Api(self.api), self.created - self.deleted)
         (pod,) = [item for item in pods if item["metadata"]["name"] == f"task-{index:05d}"]
         return pod["spec"].get("nodeName")
+
+    def delete_last(self) -> None:
+        """Delete the last Pod placed; return once no claim holds a GPU and the extender
+        (if any) has seen it go."""
+        name = f"task-{self.created - 1:05d}"
+        core = kubernetes.client.CoreV1Api(self.api)
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+        self.deleted += 1
+        wait_until(lambda: not self.held_milli(self.api), timeout=60, what=f"{name}'s GPUs freed")
+        if self.extender is not None:
+            wait_until(self._seen, timeout=60, what=f"the extender to see {name} go")
 
     def _seen(self) -> bool:
         """The GPU the extender's view holds taken is what the cluster holds."""

@@ -21,6 +21,9 @@ from .placing import PlacingCluster, placing_cluster
 DRA_100 = next(item for item in configurations() if item.name == "dra-100")
 WHOLE = TraceTask("whole", 4000, 4096, 1, 1000, ())
 HALF = TraceTask("half", 4000, 4096, 1, 500, ())
+# An eight-GPU task of 120 CPUs (the openb trace's largest).
+LARGE = TraceTask("large", 120000, 65536, 8, 1000, ())
+CLAIM_TASKS = [WHOLE, HALF, LARGE]
 
 
 def _claimed_milli(api: kubernetes.client.ApiClient) -> int:
@@ -42,7 +45,7 @@ def cluster(
     nginx: Path, nodes: list[TraceNode], with_extender: bool
 ) -> contextlib.AbstractContextManager[PlacingCluster]:
     return placing_cluster(
-        nginx, DRA_100, nodes, [100] * len(nodes), _claimed_milli, with_extender, [WHOLE, HALF]
+        nginx, DRA_100, nodes, [100] * len(nodes), _claimed_milli, with_extender, CLAIM_TASKS
     )
 
 
@@ -94,6 +97,28 @@ def test_the_extender_keeps_a_whole_gpu_free_where_default_scoring_fragments_two
     else:
         assert second_half != first_half
         assert last_whole is None
+
+
+@pytest.mark.kubernetes("1.36")
+@pytest.mark.parametrize("saw_large", [True, False], ids=["large-task-seen", "never-seen"])
+def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_that_came_and_went_needs(
+    nginx: Path, saw_large: bool
+) -> None:
+    """Twenty-one nodes of eight GPUs; only `gpu-00`, the lowest name, has the 120 CPUs an
+    eight-GPU task asks. That task runs and is deleted; a one-GPU Pod then finds every
+    node empty, FGD scoring them alike. The extender remembers the large shape, rare (it
+    fits one node in 21), and keeps `gpu-00` free; one that never saw it takes the lowest
+    name, `gpu-00`."""
+    nodes = [TraceNode("gpu-00", 128000, 786432, 8, "G3")] + [
+        TraceNode(f"gpu-{index:02d}", 64000, 262144, 8, "G2") for index in range(1, 21)
+    ]
+    with cluster(nginx, nodes, with_extender=True) as made:
+        if saw_large:
+            assert made.place(LARGE) == "gpu-00"
+            made.delete_last()
+        one = made.place(WHOLE)
+    assert one is not None
+    assert (one != "gpu-00") == saw_large
 
 
 @pytest.mark.kubernetes("1.36")
