@@ -9,6 +9,7 @@ import math
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from http.server import ThreadingHTTPServer
 
 import pytest
@@ -653,6 +654,13 @@ def test_a_rare_shape_fits_empty_on_fewer_than_one_in_twenty_of_the_nodes_with_g
     assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 20, *[cpu_only] * 5]) == [LARGE]
     # One in 20 is not fewer than 5 %: the CPU-only nodes do not count.
     assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 19, *[cpu_only] * 5]) == []
+    # Where GPUs are shared by node pools, against the nodes of the shape's own pool: one
+    # in 11 of the whole-GPU pool, though one in 41 of all nodes.
+    whole = [replace(BIG_NODE, pool="whole"), *[replace(SMALL_NODE, pool="whole")] * 10]
+    halves = [replace(SMALL_NODE, pool="2")] * 30
+    large = replace(LARGE, pool="whole")
+    assert rare_shapes([large], whole + halves) == []
+    assert rare_shapes([large], whole + [replace(SMALL_NODE, pool="whole")] * 10) == [large]
 
 
 def test_whole_gpus_that_fgd_scores_alike_keep_off_the_node_a_rare_shape_needs() -> None:

@@ -462,14 +462,16 @@ def test_plan_counts_kube_scheduler_s_most_allocated_strategy_and_advises_it_whe
     )
 
 
+@pytest.mark.parametrize("backend", ["dra", "nvidia"])
 def test_plan_s_extender_count_keeps_the_one_large_node_for_the_task_only_it_fits(
-    tmp_path: Path,
+    tmp_path: Path, backend: str
 ) -> None:
     """One G3 node of 128 CPUs among twenty G2 nodes of 96: a long-lived one-GPU task,
     short ones, then one of 120 CPUs and eight GPUs, which only the G3 fits, too rare to
     be one of the typical Pods. The extender keeps the G3 for it (a rare shape: it fits
     one node in 21) and needs no more nodes than MostAllocated; taking the lowest name,
-    the G3, for the long task, it would find no room for the large one."""
+    the G3, for the long task, it would find no room for the large one. With `nvidia`'s
+    pools, the same in the whole-GPU pool."""
     rows = [
         "long,8000,32768,1,1000,,0,1000",
         *(f"s{i},8000,32768,1,{500 if i < 8 else 1000},,{10 + i},{11 + i}" for i in range(30)),
@@ -480,11 +482,13 @@ def test_plan_s_extender_count_keeps_the_one_large_node_for_the_task_only_it_fit
         "sn,cpu_milli,memory_mib,gpu,model\na-big,128000,786432,8,G3\n"
         + "".join(f"b-small-{index:02d},96000,393216,8,G2\n" for index in range(20))
     )
-    done = plan_trace(tmp_path, TIMED + "\n".join(rows) + "\n", "--nodes", str(nodes), "-o", "json")
+    trace = TIMED + "\n".join(rows) + "\n"
+    done = plan_trace(tmp_path, trace, "--nodes", str(nodes), "--backend", backend, "-o", "json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     extender, packed = result["scheduled"], result["scheduledMostAllocated"]
     # The G3 is the eleventh node of the list's mix (`cluster`): 11 nodes. Without the
     # rare shape the count grows until a second copy of the G3 joins, 32 nodes.
-    assert (extender["scoredBy"], extender["nodes"], extender["gpus"]) == ("extender", 11, 88)
-    assert (packed["nodes"], packed["gpus"]) == (11, 88)
+    whole = {part["pool"]: part for part in extender.get("pools") or []}.get("whole", extender)
+    assert (extender["scoredBy"], whole["nodes"], whole["gpus"]) == ("extender", 11, 88)
+    assert (packed["nodes"], packed["gpus"]) == (extender["nodes"], extender["gpus"])

@@ -363,13 +363,16 @@ def rare_shapes(
     seen: Iterable[PodShape], empty: Iterable[NodeFree], share: float = RARE_SHARE
 ) -> list[PodShape]:
     """The GPU Pod shapes of `seen` that fit, on an empty node (`empty`: every node with
-    nothing placed), on at least one but fewer than `share` of the nodes with GPUs."""
+    nothing placed), on at least one but fewer than `share` of the nodes with GPUs in
+    their node pool."""
     kinds = Counter(node for node in empty if node.gpu_milli)
-    nodes = sum(kinds.values())
+    pools: Counter[str] = Counter()
+    for node, count in kinds.items():
+        pools[node.pool] += count
     found = []
     for pod in sorted({shape for shape in seen if shape.gpus}):
         hosting = sum(count for node, count in kinds.items() if hosts(node, pod))
-        if 0 < hosting < share * nodes:
+        if 0 < hosting < share * pools[pod.pool]:
             found.append(pod)
     return found
 

@@ -400,7 +400,10 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Extend
             typical_pods(shapes),
             gpus_per_model,
             cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
-            rare_shapes(shapes, map(_empty, nodes)),
+            rare_shapes(
+                shapes,
+                [_empty(replace(node, pool=pool)) for pool in _pools(arrivals) for node in nodes],
+            ),
         )
     )
 
