@@ -365,14 +365,20 @@ def rare_shapes(
     """The GPU Pod shapes of `seen` that fit, on an empty node (`empty`: every node with
     nothing placed), on at least one but fewer than `share` of the nodes with GPUs in
     their node pool."""
-    kinds = Counter(node for node in empty if node.gpu_milli)
+    # The most common kinds first: a shape most nodes fit is found not rare in a few steps.
+    kinds = Counter(node for node in empty if node.gpu_milli).most_common()
     pools: Counter[str] = Counter()
-    for node, count in kinds.items():
+    for node, count in kinds:
         pools[node.pool] += count
     found = []
     for pod in sorted({shape for shape in seen if shape.gpus}):
-        hosting = sum(count for node, count in kinds.items() if hosts(node, pod))
-        if 0 < hosting < share * pools[pod.pool]:
+        enough, hosting = share * pools[pod.pool], 0
+        for node, count in kinds:
+            if hosting >= enough:
+                break
+            if hosts(node, pod):
+                hosting += count
+        if 0 < hosting < enough:
             found.append(pod)
     return found
 
