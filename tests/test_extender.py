@@ -17,6 +17,7 @@ import pytest
 from castslice.extender.cluster_view import ClusterView
 from castslice.extender.expectations import EXPECTED_FOR
 from castslice.extender.fragmentation import (
+    MAX_NODE_SCORE,
     NO_ACCESS,
     Q2_LACK_GPU,
     Q3_SATISFIED,
@@ -26,6 +27,7 @@ from castslice.extender.fragmentation import (
     XR_LACK_CPU,
     NodeFree,
     PodShape,
+    RareShapes,
     Scorer,
     TypicalPods,
     cpu_scarcer,
@@ -39,6 +41,7 @@ from castslice.extender.fragmentation import (
     rare_shapes,
     tie_broken,
     typical_pods,
+    whole_node_shapes,
 )
 from castslice.extender.server import Extender, handler_for
 from castslice.extender.watching import MODEL_LABEL
@@ -645,46 +648,83 @@ BIG_NODE = NodeFree(128000, (1000,) * 8)
 SMALL_NODE = NodeFree(64000, (1000,) * 8)
 
 
-def test_a_rare_shape_fits_empty_on_fewer_than_one_in_twenty_of_the_nodes_with_gpus() -> None:
+def test_a_rare_shape_fits_empty_on_one_node_or_fewer_than_one_in_twenty_with_gpus() -> None:
     cpu_only = NodeFree(256000, ())
     too_large = PodShape(200000, 1000, 8)
     seen = [LARGE, ONE_GPU, too_large, PodShape(120000), LARGE]
-    # One node in 21 fits LARGE; every node ONE_GPU; none too_large; a CPU-only shape
+    # Two nodes in 41 fit LARGE; every node ONE_GPU; none too_large; a CPU-only shape
     # never counts.
-    assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 20, *[cpu_only] * 5]) == [LARGE]
-    # One in 20 is not fewer than 5 %: the CPU-only nodes do not count.
-    assert rare_shapes(seen, [BIG_NODE, *[SMALL_NODE] * 19, *[cpu_only] * 5]) == []
-    # Where GPUs are shared by node pools, against the nodes of the shape's own pool: one
-    # in 11 of the whole-GPU pool, though one in 41 of all nodes.
-    whole = [replace(BIG_NODE, pool="whole"), *[replace(SMALL_NODE, pool="whole")] * 10]
+    assert rare_shapes(seen, [*[BIG_NODE] * 2, *[SMALL_NODE] * 39, *[cpu_only] * 5]) == [LARGE]
+    # Two in 40 is not fewer than 5 %: the CPU-only nodes do not count.
+    assert rare_shapes(seen, [*[BIG_NODE] * 2, *[SMALL_NODE] * 38, *[cpu_only] * 5]) == []
+    # One node is always few.
+    assert rare_shapes(seen, [BIG_NODE, SMALL_NODE]) == [LARGE]
+    # Where GPUs are shared by node pools, against the nodes of the shape's own pool: two
+    # in 22 of the whole-GPU pool, though two in 52 of all nodes.
+    whole = [*[replace(BIG_NODE, pool="whole")] * 2, *[replace(SMALL_NODE, pool="whole")] * 20]
     halves = [replace(SMALL_NODE, pool="2")] * 30
     large = replace(LARGE, pool="whole")
     assert rare_shapes([large], whole + halves) == []
-    assert rare_shapes([large], whole + [replace(SMALL_NODE, pool="whole")] * 10) == [large]
+    assert rare_shapes([large], whole + [replace(SMALL_NODE, pool="whole")] * 20) == [large]
+    # A node's whole is a shape too: here only the big node's is rare.
+    wholes = whole_node_shapes([BIG_NODE, *[SMALL_NODE] * 20, cpu_only])
+    assert wholes == {PodShape(128000, 1000, 8), PodShape(64000, 1000, 8)}
+    assert rare_shapes(wholes, [BIG_NODE, *[SMALL_NODE] * 20]) == [PodShape(128000, 1000, 8)]
 
 
-def test_whole_gpus_that_fgd_scores_alike_keep_off_the_node_a_rare_shape_needs() -> None:
+def test_while_nothing_has_left_whole_gpus_tied_by_fgd_keep_off_the_node_a_rare_shape_needs() -> (
+    None
+):
     typical = [(ONE_GPU, 1.0)]
-    plain, keeping = Scorer(typical, {}), Scorer(typical, {}, rare=[LARGE])
+    rare = RareShapes((LARGE,))
+    plain, keeping = Scorer(typical, {}), Scorer(typical, {}, rare=rare)
     # FGD and every tie key alike: without rare shapes the name decides.
     assert plain.score(BIG_NODE, ONE_GPU) == plain.score(SMALL_NODE, ONE_GPU)
     assert keeping.score(BIG_NODE, ONE_GPU) < keeping.score(SMALL_NODE, ONE_GPU)
     assert keeping.score(SMALL_NODE, ONE_GPU) == plain.score(SMALL_NODE, ONE_GPU) + 1
     # The key only breaks ties: FGD's score still comes first.
-    assert (
-        keeping.score(SMALL_NODE, ONE_GPU) // TIE_RANGE
-        == plain.score(BIG_NODE, ONE_GPU) // TIE_RANGE
+    fgd_small, fgd_big = (
+        keeping.score(node, ONE_GPU) // TIE_RANGE for node in (SMALL_NODE, BIG_NODE)
     )
+    assert fgd_small == fgd_big
     # A node that could not host the rare shape before loses nothing by the Pod.
     used_big = NodeFree(128000, (0,) + (1000,) * 7)
     assert keeping.score(used_big, ONE_GPU) % 1000 == 1
-    # Shares keep their own tie key (the fuller node), rare shapes or not.
-    share = PodShape(8000, 500, 1)
-    assert keeping.score(BIG_NODE, share) == plain.score(BIG_NODE, share)
+    # Shares and Pods without GPUs keep their own tie keys, rare shapes or not.
+    for pod in (PodShape(8000, 500, 1), PodShape(16000)):
+        assert keeping.score(BIG_NODE, pod) == plain.score(BIG_NODE, pod)
     for node in (BIG_NODE, SMALL_NODE, used_big):
-        assert keeping.score(node, ONE_GPU) == extender_score(
-            node, ONE_GPU, typical, {}, rare=[LARGE]
-        )
+        assert keeping.score(node, ONE_GPU) == extender_score(node, ONE_GPU, typical, {}, rare=rare)
+
+
+def test_once_pods_leave_keeping_a_rare_shape_outranks_fgd_for_every_pod() -> None:
+    """A Pod without GPUs of 16 CPUs: FGD prefers the big node, where the one-GPU typical
+    Pods keep their CPU; once Pods leave, the node the rare shape needs is kept whole."""
+    typical = [(PodShape(56000, 1000, 1), 1.0)]
+    cpu_pod = PodShape(16000)
+    pods = [cpu_pod, ONE_GPU, PodShape(8000, 500, 1), PodShape(0)]
+    staying, leaving = RareShapes((LARGE,)), RareShapes((LARGE,), first=True)
+    for rare in (staying, leaving):
+        scorer = Scorer(typical, {}, rare=rare)
+        for node in (BIG_NODE, SMALL_NODE):
+            for pod in pods:
+                assert scorer.score(node, pod) == extender_score(node, pod, typical, {}, rare=rare)
+    staying_scorer, leaving_scorer = (
+        Scorer(typical, {}, rare=staying),
+        Scorer(typical, {}, rare=leaving),
+    )
+    assert staying_scorer.score(BIG_NODE, cpu_pod) > staying_scorer.score(SMALL_NODE, cpu_pod)
+    assert leaving_scorer.score(BIG_NODE, cpu_pod) < leaving_scorer.score(SMALL_NODE, cpu_pod)
+    # A Pod that asks nothing breaks nothing: every node alike.
+    assert leaving_scorer.score(BIG_NODE, PodShape(0)) == leaving_scorer.score(
+        SMALL_NODE, PodShape(0)
+    )
+    # A node that can no longer host the rare shape loses nothing more: FGD decides again.
+    used_big = NodeFree(112000, (1000,) * 8)
+    assert (
+        leaving_scorer.score(used_big, cpu_pod)
+        == staying_scorer.score(used_big, cpu_pod) + (MAX_NODE_SCORE + 1) * TIE_RANGE
+    )
 
 
 def _rare_view() -> tuple[ClusterView, list[str]]:
@@ -716,7 +756,7 @@ def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_seen_before_needs(
     if saw_large:
         view.apply("resourceclaims", "ADDED", _claim("large", S, devices=8))
         view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
-        assert view.rare() == [PodShape(120000, 1000, 8, (), GIB)]
+        assert view.rare() == RareShapes((PodShape(120000, 1000, 8, (), GIB),))
         assert view.summary()["rarePods"] == [
             {"cpuMilli": 120000, "gpuMilli": 1000, "gpus": 8, "models": [], "memory": GIB}
         ]
@@ -725,6 +765,32 @@ def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_seen_before_needs(
     view.apply("resourceclaims", "ADDED", _claim("one", S))
     best = _best(view, _pod("one", "one", cpu="8"), names)
     assert best == ("small-00" if saw_large else "a-big")
+    # Unbound, the large Pod left nothing behind: Pods have not left a node.
+    assert not view.rare().first
+
+
+@pytest.mark.parametrize("leaving", ["deleted", "finished"])
+def test_once_a_bound_pod_leaves_the_view_keeps_rare_nodes_whole_for_every_pod(
+    leaving: str,
+) -> None:
+    """`a-big`'s whole (128 CPUs, eight GPUs) fits it alone: rare from the start. While no
+    Pod has left, a Pod without GPUs goes where FGD sends it, `a-big`, whose CPU keeps room
+    for the one-GPU Pods of 56 CPUs seen; once a Pod bound to a node is deleted or
+    finishes, to a small node."""
+    view, names = _rare_view()
+    view.apply("resourceclaims", "ADDED", _claim("one", S, on=("small-05", "gpu-0")))
+    one = _pod("one", "one", node="small-05", cpu="56")
+    view.apply("pods", "ADDED", one)
+    cpu_pod = _pod("cpu", None, cpu="16")
+    assert _best(view, cpu_pod, names) == "a-big"
+    assert not view.rare().first
+    if leaving == "deleted":
+        view.apply("pods", "DELETED", one)
+    else:
+        view.apply("pods", "MODIFIED", one | {"status": {"phase": "Succeeded"}})
+    assert view.rare().first
+    assert PodShape(128000, 1000, 8, (), 1 << 40) in view.rare().shapes
+    assert _best(view, cpu_pod, names) != "a-big"
 
 
 def test_a_gpu_pod_gone_before_any_score_call_is_remembered_too() -> None:
@@ -733,7 +799,7 @@ def test_a_gpu_pod_gone_before_any_score_call_is_remembered_too() -> None:
     view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
     view.apply("pods", "DELETED", _pod("large", "large", cpu="120"))
     view.apply("resourceclaims", "DELETED", _claim("large", S, devices=8))
-    assert view.rare() == [PodShape(120000, 1000, 8, (), GIB)]
+    assert view.rare() == RareShapes((PodShape(120000, 1000, 8, (), GIB),))
     assert view.typical() == []
 
 

@@ -172,7 +172,13 @@ def test_every_watch_event_leaves_each_node_as_a_recount_finds_it(seed: int) -> 
         typical = view.typical()
         cpu_only = dict(view.scores(asked, names))
         assert [cpu_only[name] for name in names] == [
-            extender_score(free, PodShape(1000, 0, 0, (), GIB), typical, view.gpus_per_model())
+            extender_score(
+                free,
+                PodShape(1000, 0, 0, (), GIB),
+                typical,
+                view.gpus_per_model(),
+                rare=view.rare(),
+            )
             if free
             else 0
             for free in (view.recounted(name) for name in names)

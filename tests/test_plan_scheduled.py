@@ -430,35 +430,38 @@ def test_stock_scores_are_least_allocated_plus_the_change_in_balance() -> None:
 def test_plan_counts_kube_scheduler_s_most_allocated_strategy_and_advises_it_when_it_needs_fewer(
     tmp_path: Path,
 ) -> None:
-    """A long-lived one-GPU task first, then a task of 120 CPUs that only the G3 node fits,
-    too rare to be one of the typical Pods: the extender ties the two empty nodes and takes
-    the lowest name, the G3; MostAllocated sends the first task to the node it fills more
-    of, and the G3 stays empty for the large task."""
+    """A long-lived one-GPU task first, short ones, then two tasks of 60 CPUs and eight
+    GPUs at once, which only the two G2 nodes fit, too seldom to be typical Pods and on
+    half the nodes, so not rare either: the extender ties the empty nodes and takes the
+    lowest name, a G2, and the second large task finds no G2 free; MostAllocated sends
+    the first task to the small node it fills more of."""
     rows = ["long,8000,32768,1,1000,,0,1000"] + [
-        f"s{i},8000,32768,1,{500 if i < 8 else 1000},,{10 + i},{11 + i}" for i in range(30)
+        f"s{i},8000,32768,1,{500 if i < 30 else 1000},,{10 + i},{11 + i}" for i in range(60)
     ]
-    trace = TIMED + "\n".join([*rows, "big,120000,737280,8,1000,,100,200"]) + "\n"
+    large = ["mid1,60000,131072,8,1000,,100,200", "mid2,60000,131072,8,1000,,100,200"]
+    trace = TIMED + "\n".join([*rows, *large]) + "\n"
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\na-big,128000,786432,8,G3\nb-small,96000,393216,8,G2\n"
+        "sn,cpu_milli,memory_mib,gpu,model\na-mid-0,64000,262144,8,G2\na-mid-1,64000,262144,8,G2\n"
+        "b-small-0,16000,262144,8,T4\nb-small-1,16000,262144,8,T4\n"
     )
     done = plan_trace(tmp_path, trace, "--nodes", str(nodes), "-o", "json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert (result["scheduled"]["scoredBy"], result["scheduled"]["nodes"]) == ("extender", 3)
+    assert (result["scheduled"]["scoredBy"], result["scheduled"]["nodes"]) == ("extender", 5)
     packed = result["scheduledMostAllocated"]
-    assert (packed["scoredBy"], packed["nodes"], packed["gpus"]) == ("most-allocated", 2, 16)
+    assert (packed["scoredBy"], packed["nodes"], packed["gpus"]) == ("most-allocated", 3, 24)
     assert result["extender"] == {
         "worthDeploying": False,
         "why": "on the nodes given kube-scheduler's MostAllocated strategy "
-        "(infra/scheduler/most-allocated.yaml) runs the workload on 16 GPUs, where the "
-        "extender needs 24",
+        "(infra/scheduler/most-allocated.yaml) runs the workload on 24 GPUs, where the "
+        "extender needs 40",
     }
     text = plan_trace(tmp_path, trace, "--nodes", str(nodes)).stdout
     assert (
         "Placed by kube-scheduler with NodeResourcesFit's MostAllocated strategy and no "
         "extender (infra/scheduler/most-allocated.yaml) (today, in process, in the input's "
-        "order, with its departures): 16 GPUs on 2 nodes" in text
+        "order, with its departures): 24 GPUs on 3 nodes" in text
     )
 
 

@@ -17,8 +17,8 @@ from castslice.extender.expectations import EXPECTATION_OUTCOMES, Expectations, 
 from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
+    RareShapes,
     Scorer,
-    rare_shapes,
     tie_broken,
     typical_pods,
 )
@@ -128,6 +128,7 @@ class ClusterView:
             or watched.resolved >= self._learnt_from * _RELEARN
             or gpus_per_model != self._gpus_per_model
             or cpu_per_gpu != self._cpu_per_gpu
+            or watched.departed != self._scorer.rare.first
         ):
             shapes = [pod.shape for pod in watched.pods.values() if pod.shape is not None]
             self._typical = typical_pods(shapes)
@@ -136,7 +137,8 @@ class ClusterView:
             # Rare shapes from every Pod seen, gone ones too: the few tasks that need the
             # largest nodes come seldom, and seldom while a Pod that could take their node
             # is scored.
-            rare = rare_shapes(watched.seen, map(self.frees.empty, watched.nodes))
+            empty = [self.frees.empty(name) for name in watched.nodes]
+            rare = RareShapes.of(watched.seen, empty, watched.departed)
             self._scorer = Scorer(self._typical, gpus_per_model, cpu_per_gpu, rare)
             # Every score was over the old typical Pods; the free resources stay.
             for known in self.frees.known.values():
@@ -144,11 +146,11 @@ class ClusterView:
             self._shape_numbers.clear()
         return self._typical
 
-    def rare(self) -> list[PodShape]:
-        """The rare shapes the scores keep nodes for (`fragmentation.rare_shapes`)."""
+    def rare(self) -> RareShapes:
+        """The rare shapes the scores keep nodes for, and how (`fragmentation.RareShapes`)."""
         with self._lock:
             self._typical_locked()
-            return list(self._scorer.rare)
+            return self._scorer.rare
 
     def gpus_per_model(self) -> dict[str, int]:
         """The GPUs of each model the nodes have, as the scores weigh pinned Pods against."""
@@ -272,7 +274,7 @@ class ClusterView:
                 name: free for name in self.watched.nodes if (free := self.frees.of(name).free)
             }
             typical = self._typical_locked()
-            rare = self._scorer.rare
+            rare = self._scorer.rare.shapes
             outcomes = self.expectations.outcomes
         return {
             "nodes": {

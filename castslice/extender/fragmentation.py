@@ -355,7 +355,7 @@ def _tie_key(node: NodeFree, pod: PodShape, cpu_scarce: bool) -> int:
 
 
 # A Pod shape is rare where it fits, on an empty node, on fewer than this share of the
-# nodes with GPUs.
+# nodes with GPUs in its pool, or on one node only.
 RARE_SHARE = 0.05
 
 
@@ -363,8 +363,8 @@ def rare_shapes(
     seen: Iterable[PodShape], empty: Iterable[NodeFree], share: float = RARE_SHARE
 ) -> list[PodShape]:
     """The GPU Pod shapes of `seen` that fit, on an empty node (`empty`: every node with
-    nothing placed), on at least one but fewer than `share` of the nodes with GPUs in
-    their node pool."""
+    nothing placed), on one node, or on at least one but fewer than `share` of the nodes
+    with GPUs in their node pool."""
     # The most common kinds first: a shape most nodes fit is found not rare in a few steps.
     kinds = Counter(node for node in empty if node.gpu_milli).most_common()
     pools: Counter[str] = Counter()
@@ -372,7 +372,7 @@ def rare_shapes(
         pools[node.pool] += count
     found = []
     for pod in sorted({shape for shape in seen if shape.gpus}):
-        enough, hosting = share * pools[pod.pool], 0
+        enough, hosting = max(share * pools[pod.pool], 2), 0
         for node, count in kinds:
             if hosting >= enough:
                 break
@@ -383,23 +383,66 @@ def rare_shapes(
     return found
 
 
+def whole_node_shapes(empty: Iterable[NodeFree]) -> set[PodShape]:
+    """For each node (`empty`: with nothing placed), a Pod asking all of it: its CPU, its
+    memory and every GPU whole. Where few nodes can take such a Pod (`rare_shapes`), the
+    cluster has them for the Pods only they hold, whether one has come yet or not."""
+    return {
+        PodShape(node.cpu_milli, MILLI, len(node.gpu_milli), (), node.memory, node.pool)
+        for node in empty
+        if node.gpu_milli
+    }
+
+
 def hosts(node: NodeFree, pod: PodShape) -> bool:
     """Whether the Pod fits the node as it is (FGD's Q3)."""
     return quadrant(node, pod) == Q3_SATISFIED
 
 
-def keeps_rare(node: NodeFree, after: NodeFree, pod: PodShape, rare: Sequence[PodShape]) -> int:
-    """The tie key of a Pod of whole GPUs: 1 where placing it leaves the node able to host
-    every rare shape (`rare_shapes`) it could host before, else 0; 0 for other Pods, whose
-    ties the packing key breaks or leaves to the name. Tied by name, a long-lived Pod of
-    one whole GPU that finds several empty nodes takes the lowest name, which may be one of
-    the few nodes large enough for a rare eight-GPU task, and keeps it from that task for
-    its whole life: on the openb trace with its departures, `castslice plan`'s count for
-    the extender falls from 241 GPUs to 76 with this key, and where nothing leaves the
-    fourteen FGD lists place as much or more (docs/performance.md, "Pods that leave")."""
-    if not rare or not pod.gpus or pod.gpu_milli < MILLI:
+def keeps_rare(node: NodeFree, after: NodeFree, rare: Sequence[PodShape]) -> bool:
+    """Whether the node, once the Pod is placed (`after`), can still host every rare shape
+    (`rare_shapes`) it could host before."""
+    return not any(hosts(node, shape) and not hosts(after, shape) for shape in rare)
+
+
+@dataclass(frozen=True)
+class RareShapes:
+    """The rare shapes the extender keeps nodes for, and how.
+
+    Where nothing has left (`first` false: FGD's evaluation, every Pod staying), keeping
+    them is a tie key of Pods of whole GPUs only, below FGD's score: tied by name, a
+    one-GPU Pod that finds several empty nodes would take the lowest name, which may be one
+    of the few nodes a rare eight-GPU task fits. Once Pods leave (`first`), keeping them
+    outranks FGD's score for every Pod, and the shapes include each rare node's whole
+    (`whole_node_shapes`): on the openb trace in its own time the largest tasks come five
+    times in 149 days, and long-lived small Pods that FGD's gradient sends to a lone G3
+    node hold it for days, whatever the tie (docs/performance.md, "Pods that leave").
+    """
+
+    shapes: tuple[PodShape, ...] = ()
+    first: bool = False
+
+    @classmethod
+    def of(cls, seen: Iterable[PodShape], empty: Sequence[NodeFree], first: bool) -> RareShapes:
+        """Rare among `seen` (and, once Pods leave, the nodes' wholes) on `empty`."""
+        if first:
+            seen = [*seen, *whole_node_shapes(empty)]
+        return cls(tuple(rare_shapes(seen, empty)), first)
+
+    def bonus(self, node: NodeFree, after: NodeFree) -> int:
+        """What keeping the rare shapes adds to FGD's score: above its range once Pods
+        leave, else nothing."""
+        if self.first and self.shapes and keeps_rare(node, after, self.shapes):
+            return MAX_NODE_SCORE + 1
         return 0
-    return int(not any(hosts(node, shape) and not hosts(after, shape) for shape in rare))
+
+    def key(self, node: NodeFree, after: NodeFree, pod: PodShape) -> int:
+        """The tie key of a Pod of whole GPUs where nothing has left: 1 where the node
+        keeps the rare shapes, else 0; 0 for every other Pod (their ties go by the packing
+        key or the name)."""
+        if self.first or not self.shapes or not pod.gpus or pod.gpu_milli < MILLI:
+            return 0
+        return int(keeps_rare(node, after, self.shapes))
 
 
 # The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its
@@ -486,21 +529,23 @@ def extender_score(
     gpus_per_model: GpusPerModel,
     measure: Fragmentation | None = None,
     cpu_per_gpu: float = 0.0,
-    rare: Sequence[PodShape] = (),
+    rare: RareShapes = RareShapes(),
 ) -> int:
-    """FGD's score for the GPU the allocator will pick, x TIE_RANGE, plus the tie key: the
-    node's model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE
-    plus the packing key of the node once the Pod is placed (`packs_by_fullness`, over the
-    GPU nodes' `cpu_per_gpu`), or for whole GPUs whether the node keeps the `rare` shapes
-    (`keeps_rare`)."""
+    """FGD's score for the GPU the allocator will pick, plus the `rare` shapes' bonus once
+    Pods leave, x TIE_RANGE, plus the tie key: the node's model place (`model_place`, over
+    the cluster's `gpus_per_model`) x KEY_RANGE plus the packing key of the node once the
+    Pod is placed (`packs_by_fullness`, over the GPU nodes' `cpu_per_gpu`), or for whole
+    GPUs while nothing has left whether the node keeps the rare shapes."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
     fgd = fgd_score(node, pod, typical, gpu, measure)
+    if after is not None:
+        fgd += rare.bonus(node, after)
     return (
         fgd * TIE_RANGE
         + model_place(node, pod, typical, gpus_per_model) * KEY_RANGE
         + _tie_key(after or node, pod, cpu_scarcer(typical, cpu_per_gpu))
-        + (keeps_rare(node, after, pod, rare) if after is not None else 0)
+        + (rare.key(node, after, pod) if after is not None else 0)
     )
 
 
@@ -528,10 +573,10 @@ class Scorer:
         typical: TypicalPods,
         gpus_per_model: GpusPerModel,
         cpu_per_gpu: float = 0.0,
-        rare: Sequence[PodShape] = (),
+        rare: RareShapes = RareShapes(),
     ) -> None:
         self.typical = list(typical)
-        self.rare = list(rare)
+        self.rare = rare
         self._loads = pinned_load(typical, gpus_per_model)
         self._cpu_scarce = cpu_scarcer(typical, cpu_per_gpu)
         self._cpus = sorted({pod.cpu_milli for pod, _ in typical})
@@ -600,7 +645,8 @@ class Scorer:
         left = node.gpu_milli
         place = self._place(node, pod)
         if pod.asks_nothing:
-            return MAX_NODE_SCORE * TIE_RANGE + place + _tie_key(node, pod, self._cpu_scarce)
+            fgd = MAX_NODE_SCORE + self.rare.bonus(node, node)
+            return fgd * TIE_RANGE + place + _tie_key(node, pod, self._cpu_scarce)
         cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
         after: list[int] | None = None
         if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
@@ -628,14 +674,15 @@ class Scorer:
         measured = self._fragmentation(
             self._key(after, node.model, cpu_after, memory_after, node.pool)
         )
-        key = 0
+        fgd, key = _gradient_score(before, measured), 0
         if packs_by_fullness(pod, self._cpu_scarce):
             kept = min(sum(after), _KEY_SPAN)
             key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
-        elif self.rare:
+        if self.rare.shapes:
             placed = NodeFree(cpu_after, tuple(after), node.model, memory_after, node.pool)
-            key = keeps_rare(node, placed, pod, self.rare)
-        return _gradient_score(before, measured) * TIE_RANGE + place + key
+            fgd += self.rare.bonus(node, placed)
+            key += self.rare.key(node, placed, pod)
+        return fgd * TIE_RANGE + place + key
 
     def _place(self, node: NodeFree, pod: PodShape) -> int:
         """`model_place` x KEY_RANGE, each model's pinned load counted once."""

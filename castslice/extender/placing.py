@@ -39,11 +39,11 @@ from castslice.extender.fragmentation import (
     MILLI,
     NodeFree,
     PodShape,
+    RareShapes,
     Scorer,
     accessible,
     cpu_per_gpu,
     first_fit,
-    rare_shapes,
     take,
     typical_pods,
 )
@@ -395,15 +395,14 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Extend
         if node.model:
             gpus_per_model[node.model] += node.gpus
     shapes = [arrival.shape for arrival in arrivals]
+    empty = [_empty(replace(node, pool=pool)) for pool in _pools(arrivals) for node in nodes]
+    departures = any(arrival.leaves is not None for arrival in arrivals)
     return ExtenderScores(
         Scorer(
             typical_pods(shapes),
             gpus_per_model,
             cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
-            rare_shapes(
-                shapes,
-                [_empty(replace(node, pool=pool)) for pool in _pools(arrivals) for node in nodes],
-            ),
+            RareShapes.of(shapes, empty, departures),
         )
     )
 

@@ -143,6 +143,8 @@ class Watched:
     # The distinct shapes of Pods asking for GPUs seen since the view began, Pods gone
     # included (at most _SEEN_SHAPES, then begun again).
     seen: set[PodShape] = field(default_factory=set)
+    # Whether a Pod bound to a node has left it (deleted, or finished) since the view began.
+    departed: bool = False
     pods_on: dict[str, set[str]] = field(default_factory=dict)
     slices_on: dict[str, set[str]] = field(default_factory=dict)
     device_node: dict[str, str] = field(default_factory=dict)
@@ -200,6 +202,7 @@ class Watched:
         known = self.pods.get(uid)
         if event == "DELETED":
             gone = self.pods.pop(uid, None)
+            self.departed = self.departed or bool(gone and gone.node)
             if gone is not None and uid in self.unresolved:
                 # Gone before a score call resolved it: its shape is remembered all the same.
                 self.unresolved.discard(uid)
@@ -208,6 +211,7 @@ class Watched:
                     self._remember(shape)
         else:
             pod = self.read_pod(item)
+            self.departed = self.departed or bool(pod.node and pod.done)
             if known is not None and known.shape is not None:
                 pod.shape = known.shape
             self.pods[uid] = pod
