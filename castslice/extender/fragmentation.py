@@ -407,16 +407,16 @@ def keeps_rare(node: NodeFree, after: NodeFree, rare: Sequence[PodShape]) -> boo
 
 @dataclass(frozen=True)
 class RareShapes:
-    """The rare shapes the extender keeps nodes for, and how.
+    """The rare shapes the extender keeps nodes for, and how: the GPU Pod shapes seen and
+    each node's whole (`whole_node_shapes`), where few nodes fit them (`rare_shapes`).
 
     Where nothing has left (`first` false: FGD's evaluation, every Pod staying), keeping
     them is a tie key of Pods of whole GPUs only, below FGD's score: tied by name, a
     one-GPU Pod that finds several empty nodes would take the lowest name, which may be one
-    of the few nodes a rare eight-GPU task fits. Once Pods leave (`first`), keeping them
-    outranks FGD's score for every Pod, and the shapes include each rare node's whole
-    (`whole_node_shapes`): on the openb trace in its own time the largest tasks come five
-    times in 149 days, and long-lived small Pods that FGD's gradient sends to a lone G3
-    node hold it for days, whatever the tie (docs/performance.md, "Pods that leave").
+    of the few nodes a rare eight-GPU task fits. Once a Pod has left (`first`), keeping
+    them outranks FGD's score for every Pod: on the openb trace in its own time the largest
+    tasks come five times in 149 days, and the small long-lived Pods that FGD's gradient
+    sends to a lone G3 node hold it for days (docs/performance.md, "Pods that leave").
     """
 
     shapes: tuple[PodShape, ...] = ()
@@ -424,10 +424,8 @@ class RareShapes:
 
     @classmethod
     def of(cls, seen: Iterable[PodShape], empty: Sequence[NodeFree], first: bool) -> RareShapes:
-        """Rare among `seen` (and, once Pods leave, the nodes' wholes) on `empty`."""
-        if first:
-            seen = [*seen, *whole_node_shapes(empty)]
-        return cls(tuple(rare_shapes(seen, empty)), first)
+        """Rare among `seen` and the wholes of `empty`, on `empty`."""
+        return cls(tuple(rare_shapes([*seen, *whole_node_shapes(empty)], empty)), first)
 
     def bonus(self, node: NodeFree, after: NodeFree) -> int:
         """What keeping the rare shapes adds to FGD's score: above its range once Pods
