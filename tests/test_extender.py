@@ -727,14 +727,17 @@ def test_once_pods_leave_keeping_a_rare_shape_outranks_fgd_for_every_pod() -> No
     )
 
 
-def _rare_view() -> tuple[ClusterView, list[str]]:
-    """Eight GPUs on each node: `a-big` of 128 CPUs, twenty of 64."""
-    names = ["a-big", *(f"small-{index:02d}" for index in range(20))]
+def _rare_view(bigs: int = 1) -> tuple[ClusterView, list[str]]:
+    """Eight GPUs on each node: `bigs` of 128 CPUs (the first a G3, the others G2), twenty
+    of 64 (G2)."""
+    big = ["a-big", *(f"a-big-{index}" for index in range(1, bigs))]
+    names = [*big, *(f"small-{index:02d}" for index in range(20))]
     view = ClusterView(CAPACITY, S)
     view.replace(
         "nodes",
-        [_node("a-big", cpu="128", memory="1Ti"),
-         *(_node(name, cpu="64", memory="512Gi") for name in names[1:])],
+        [*(_node(name, cpu="128", memory="1Ti", model="G3" if name == "a-big" else "G2")
+           for name in big),
+         *(_node(name, cpu="64", memory="512Gi", model="G2") for name in names[bigs:])],
     )  # fmt: skip
     view.replace("resourceslices", [_slice(name, 8) for name in names])
     return view, names
@@ -745,62 +748,82 @@ def _best(view: ClusterView, pod: dict, names: list[str]) -> str:
     return max(scored, key=lambda item: item[1])[0]
 
 
+# The whole of a node of 128 CPUs with its eight GPUs and 1 TiB.
+BIG_WHOLE = PodShape(128000, 1000, 8, (), 1 << 40)
+
+
+@pytest.mark.parametrize("bigs", [1, 2])
+def test_a_whole_gpu_pod_keeps_off_a_node_whose_whole_fits_few(bigs: int) -> None:
+    """A one-GPU Pod finds every node empty and FGD scoring them alike. With one node of
+    128 CPUs in 21 its whole is rare: the extender keeps it free. With two in 22, it is
+    not (9 %), and the lowest name takes the Pod."""
+    view, names = _rare_view(bigs)
+    view.apply("resourceclaims", "ADDED", _claim("one", S))
+    best = _best(view, _pod("one", "one", cpu="8"), names)
+    assert (best, view.rare()) == (
+        ("small-00", RareShapes((BIG_WHOLE,))) if bigs == 1 else ("a-big", RareShapes())
+    )
+    assert (
+        view.summary()["rarePods"]
+        == [{"cpuMilli": 128000, "gpuMilli": 1000, "gpus": 8, "models": [], "memory": 1 << 40}][
+            : 2 - bigs
+        ]
+    )
+
+
+def _pinned_to_g3(pod: dict) -> dict:
+    g3 = {"key": MODEL_LABEL, "operator": "In", "values": ["G3"]}
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                               {"nodeSelectorTerms": [{"matchExpressions": [g3]}]}}}  # fmt: skip
+    return pod
+
+
+@pytest.mark.parametrize("scored", [True, False], ids=["scored", "gone-unscored"])
 @pytest.mark.parametrize("saw_large", [True, False])
 def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_seen_before_needs(
-    saw_large: bool,
+    saw_large: bool, scored: bool
 ) -> None:
-    """The large task has come and gone; a one-GPU Pod then finds every node empty and
-    FGD scoring them alike. Remembering the large shape, the extender keeps the one node
-    it fits free; never having seen it, it takes the lowest name, that node."""
-    view, names = _rare_view()
+    """Two nodes of 128 CPUs, so neither's whole is rare; a large task pinned to the G3
+    fits `a-big` alone. It has come and gone (scored, or deleted before any score call);
+    a one-GPU Pod then finds every node empty and FGD scoring them alike. Remembering the
+    large shape, the extender keeps `a-big` free; never having seen it, it takes the
+    lowest name, `a-big`."""
+    view, names = _rare_view(bigs=2)
+    large = PodShape(120000, 1000, 8, ("G3",), GIB)
     if saw_large:
         view.apply("resourceclaims", "ADDED", _claim("large", S, devices=8))
-        view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
-        assert view.rare() == RareShapes((PodShape(120000, 1000, 8, (), GIB),))
-        assert view.summary()["rarePods"] == [
-            {"cpuMilli": 120000, "gpuMilli": 1000, "gpus": 8, "models": [], "memory": GIB}
-        ]
+        view.apply("pods", "ADDED", _pinned_to_g3(_pod("large", "large", cpu="120")))
+        if scored:
+            assert view.rare() == RareShapes((large,))
         view.apply("pods", "DELETED", _pod("large", "large", cpu="120"))
         view.apply("resourceclaims", "DELETED", _claim("large", S, devices=8))
     view.apply("resourceclaims", "ADDED", _claim("one", S))
     best = _best(view, _pod("one", "one", cpu="8"), names)
-    assert best == ("small-00" if saw_large else "a-big")
-    # Unbound, the large Pod left nothing behind: Pods have not left a node.
-    assert not view.rare().first
+    assert best == ("a-big-1" if saw_large else "a-big")
+    assert view.rare() == RareShapes((large,) if saw_large else ())
 
 
 @pytest.mark.parametrize("leaving", ["deleted", "finished"])
 def test_once_a_bound_pod_leaves_the_view_keeps_rare_nodes_whole_for_every_pod(
     leaving: str,
 ) -> None:
-    """`a-big`'s whole (128 CPUs, eight GPUs) fits it alone: rare from the start. While no
-    Pod has left, a Pod without GPUs goes where FGD sends it, `a-big`, whose CPU keeps room
-    for the one-GPU Pods of 56 CPUs seen; once a Pod bound to a node is deleted or
-    finishes, to a small node."""
+    """`a-big`'s whole fits it alone: rare from the start. While no Pod has left, a Pod
+    without GPUs goes where FGD sends it, `a-big`, whose CPU keeps room for the one-GPU
+    Pods of 56 CPUs seen (the whole-GPU tie key leaves it be); once a Pod bound to a node
+    is deleted or finishes, keeping `a-big` whole comes first: a small node."""
     view, names = _rare_view()
     view.apply("resourceclaims", "ADDED", _claim("one", S, on=("small-05", "gpu-0")))
     one = _pod("one", "one", node="small-05", cpu="56")
     view.apply("pods", "ADDED", one)
     cpu_pod = _pod("cpu", None, cpu="16")
     assert _best(view, cpu_pod, names) == "a-big"
-    assert not view.rare().first
+    assert view.rare() == RareShapes((BIG_WHOLE,))
     if leaving == "deleted":
         view.apply("pods", "DELETED", one)
     else:
         view.apply("pods", "MODIFIED", one | {"status": {"phase": "Succeeded"}})
-    assert view.rare().first
-    assert PodShape(128000, 1000, 8, (), 1 << 40) in view.rare().shapes
+    assert view.rare() == RareShapes((BIG_WHOLE,), first=True)
     assert _best(view, cpu_pod, names) != "a-big"
-
-
-def test_a_gpu_pod_gone_before_any_score_call_is_remembered_too() -> None:
-    view, _ = _rare_view()
-    view.apply("resourceclaims", "ADDED", _claim("large", S, devices=8))
-    view.apply("pods", "ADDED", _pod("large", "large", cpu="120"))
-    view.apply("pods", "DELETED", _pod("large", "large", cpu="120"))
-    view.apply("resourceclaims", "DELETED", _claim("large", S, devices=8))
-    assert view.rare() == RareShapes((PodShape(120000, 1000, 8, (), GIB),))
-    assert view.typical() == []
 
 
 def test_prioritize_answers_a_host_priority_list_for_the_node_names(served) -> None:

@@ -469,14 +469,16 @@ def test_plan_counts_kube_scheduler_s_most_allocated_strategy_and_advises_it_whe
 def test_plan_s_extender_count_keeps_the_one_large_node_for_the_task_only_it_fits(
     tmp_path: Path, backend: str
 ) -> None:
-    """One G3 node of 128 CPUs among twenty G2 nodes of 96: a long-lived one-GPU task,
-    short ones, then one of 120 CPUs and eight GPUs, which only the G3 fits, too rare to
-    be one of the typical Pods. The extender keeps the G3 for it (a rare shape: it fits
-    one node in 21) and needs no more nodes than MostAllocated; taking the lowest name,
-    the G3, for the long task, it would find no room for the large one. With `nvidia`'s
-    pools, the same in the whole-GPU pool."""
+    """One G3 node of 128 CPUs among twenty G2 nodes of 96: a long-lived task of 90 CPUs
+    and no GPU, a long-lived one-GPU task, short ones, then one of 120 CPUs and eight
+    GPUs, which only the G3 fits. The G3 is rare (its whole fits it alone), and with
+    Pods leaving the extender keeps it whole first: the first task goes to a G2, though
+    FGD prefers the G3, whose CPU keeps room for the one-GPU Pods; the one-GPU task, tied,
+    does not take the lowest name, the G3. With `nvidia`'s pools, the same in the
+    whole-GPU pool."""
     rows = [
-        "long,8000,32768,1,1000,,0,1000",
+        "cpu-long,90000,32768,0,0,,0,1000",
+        "long,8000,32768,1,1000,,1,1000",
         *(f"s{i},8000,32768,1,{500 if i < 8 else 1000},,{10 + i},{11 + i}" for i in range(30)),
         "big,120000,737280,8,1000,,100,200",
     ]
@@ -490,8 +492,8 @@ def test_plan_s_extender_count_keeps_the_one_large_node_for_the_task_only_it_fit
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     extender, packed = result["scheduled"], result["scheduledMostAllocated"]
-    # The G3 is the eleventh node of the list's mix (`cluster`): 11 nodes. Without the
-    # rare shape the count grows until a second copy of the G3 joins, 32 nodes.
+    # The G3 is the eleventh node of the list's mix (`cluster`): 11 nodes. Taken, the
+    # count grows until a second copy of the G3 joins, 32 nodes.
     whole = {part["pool"]: part for part in extender.get("pools") or []}.get("whole", extender)
     assert (extender["scoredBy"], whole["nodes"], whole["gpus"]) == ("extender", 11, 88)
     assert (packed["nodes"], packed["gpus"]) == (extender["nodes"], extender["gpus"])

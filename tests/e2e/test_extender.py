@@ -100,25 +100,25 @@ def test_the_extender_keeps_a_whole_gpu_free_where_default_scoring_fragments_two
 
 
 @pytest.mark.kubernetes("1.36")
-@pytest.mark.parametrize("saw_large", [True, False], ids=["large-task-seen", "never-seen"])
+@pytest.mark.parametrize("bigs", [1, 2], ids=["one-large-node", "two-large-nodes"])
 def test_a_whole_gpu_pod_keeps_off_the_one_node_a_large_task_that_came_and_went_needs(
-    nginx: Path, saw_large: bool
+    nginx: Path, bigs: int
 ) -> None:
-    """Twenty-one nodes of eight GPUs; only `gpu-00`, the lowest name, has the 120 CPUs an
-    eight-GPU task asks. That task runs and is deleted; a one-GPU Pod then finds every
-    node empty, FGD scoring them alike. The extender remembers the large shape, rare (it
-    fits one node in 21), and keeps `gpu-00` free; one that never saw it takes the lowest
-    name, `gpu-00`."""
-    nodes = [TraceNode("gpu-00", 128000, 786432, 8, "G3")] + [
-        TraceNode(f"gpu-{index:02d}", 64000, 262144, 8, "G2") for index in range(1, 21)
+    """Nodes of eight GPUs: `bigs` with the 120 CPUs an eight-GPU task asks, twenty
+    without. That task runs on `gpu-00`, the lowest name, and is deleted; a one-GPU Pod
+    then finds every node empty, FGD scoring them alike. With one such node in 21 the
+    task's shape, and the node's whole, are rare: the extender keeps `gpu-00` free. With
+    two in 22 neither is, and the lowest name takes the Pod."""
+    nodes = [TraceNode(f"gpu-{index:02d}", 128000, 786432, 8, "G3") for index in range(bigs)]
+    nodes += [
+        TraceNode(f"gpu-{index:02d}", 64000, 262144, 8, "G2") for index in range(bigs, bigs + 20)
     ]
     with cluster(nginx, nodes, with_extender=True) as made:
-        if saw_large:
-            assert made.place(LARGE) == "gpu-00"
-            made.delete_last()
+        assert made.place(LARGE) == "gpu-00"
+        made.delete_last()
         one = made.place(WHOLE)
     assert one is not None
-    assert (one != "gpu-00") == saw_large
+    assert (one != "gpu-00") == (bigs == 1)
 
 
 @pytest.mark.kubernetes("1.36")
