@@ -430,7 +430,7 @@ class RareShapes:
     def bonus(self, node: NodeFree, after: NodeFree) -> int:
         """What keeping the rare shapes adds to FGD's score: above its range once Pods
         leave, else nothing."""
-        if self.first and self.shapes and keeps_rare(node, after, self.shapes):
+        if self.first and self.shapes and self._keeps(node, after):
             return MAX_NODE_SCORE + 1
         return 0
 
@@ -440,7 +440,23 @@ class RareShapes:
         key or the name)."""
         if self.first or not self.shapes or not pod.gpus or pod.gpu_milli < MILLI:
             return 0
-        return int(keeps_rare(node, after, self.shapes))
+        return int(self._keeps(node, after))
+
+    @functools.cached_property
+    def _least(self) -> tuple[int, int, int]:
+        """The least CPU, memory and GPUs any rare shape asks."""
+        return (
+            min(shape.cpu_milli for shape in self.shapes),
+            min(shape.memory for shape in self.shapes),
+            min(shape.gpus for shape in self.shapes),
+        )
+
+    def _keeps(self, node: NodeFree, after: NodeFree) -> bool:
+        # Most nodes have less left than any rare shape asks: they host none to lose.
+        cpu, memory, gpus = self._least
+        if node.cpu_milli < cpu or node.memory < memory or len(node.gpu_milli) < gpus:
+            return True
+        return keeps_rare(node, after, self.shapes)
 
 
 # The model place's scale: 0 to PLACES - 1, PLACE_STEP for each tenth of a model's GPUs its

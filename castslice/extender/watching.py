@@ -39,7 +39,7 @@ _DONE = ("Succeeded", "Failed")
 # this many at a time per score call, so a backlog never slows a call down much.
 _RESOLVE_BATCH = 256
 # GPU Pod shapes remembered at most (the rare ones among them break the extender's ties,
-# fragmentation.rare_shapes); a trace of 8,152 tasks has 300 or so.
+# fragmentation.rare_shapes); the openb trace's 8,152 tasks have 126.
 _SEEN_SHAPES = 4096
 
 
@@ -205,10 +205,10 @@ class Watched:
             self.departed = self.departed or bool(gone and gone.node)
             if gone is not None and uid in self.unresolved:
                 # Gone before a score call resolved it: its shape is remembered all the same.
-                self.unresolved.discard(uid)
                 shape = self.shape(gone)
                 if shape is not None:
                     self._remember(shape)
+            self.unresolved.discard(uid)
         else:
             pod = self.read_pod(item)
             self.departed = self.departed or bool(pod.node and pod.done)
