@@ -771,6 +771,16 @@ def test_a_whole_gpu_pod_keeps_off_a_node_whose_whole_fits_few(bigs: int) -> Non
     )
 
 
+def test_a_node_joining_is_counted_in_the_rare_shapes_at_once() -> None:
+    """A second node of 128 CPUs joins: the big whole, in one node of 21 before, is in two
+    of 22 now and no longer rare."""
+    view, _ = _rare_view()
+    assert view.rare() == RareShapes((BIG_WHOLE,))
+    view.apply("nodes", "ADDED", _node("a-big-1", cpu="128", memory="1Ti", model="G2"))
+    view.apply("resourceslices", "ADDED", _slice("a-big-1", 8))
+    assert view.rare() == RareShapes()
+
+
 def _pinned_to_g3(pod: dict) -> dict:
     g3 = {"key": MODEL_LABEL, "operator": "In", "values": ["G3"]}
     pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":

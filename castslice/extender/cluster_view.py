@@ -54,8 +54,10 @@ class ClusterView:
         self._learnt_from = 0
         self._gpus_per_model: dict[str, int] = {}
         self._cpu_per_gpu = 0.0
-        # Whether `_gpus_per_model` and `_cpu_per_gpu` are still the nodes': no node or
-        # ResourceSlice changed since.
+        # Each node with nothing placed on it, for the rare shapes.
+        self._empty: list[NodeFree] = []
+        # Whether `_gpus_per_model`, `_cpu_per_gpu` and `_empty` are still the nodes': no
+        # node or ResourceSlice changed since.
         self._gpus_counted = False
         self._scorer = Scorer([], {})
         # A number per Pod shape asked about, so each node's remembered scores are looked
@@ -122,6 +124,7 @@ class ClusterView:
         gpus_per_model, cpu_per_gpu = self._gpus_per_model, self._cpu_per_gpu
         if not self._gpus_counted:
             gpus_per_model, cpu_per_gpu = watched.gpus_per_model(), watched.cpu_per_gpu()
+            self._empty = [self.frees.empty(name) for name in watched.nodes]
             self._gpus_counted = True
         if (
             self._typical is None
@@ -137,8 +140,7 @@ class ClusterView:
             # Rare shapes from every Pod seen, gone ones too: the few tasks that need the
             # largest nodes come seldom, and seldom while a Pod that could take their node
             # is scored.
-            empty = [self.frees.empty(name) for name in watched.nodes]
-            rare = RareShapes.of(watched.seen, empty, watched.departed)
+            rare = RareShapes.of(watched.seen, self._empty, watched.departed)
             self._scorer = Scorer(self._typical, gpus_per_model, cpu_per_gpu, rare)
             # Every score was over the old typical Pods; the free resources stay.
             for known in self.frees.known.values():
