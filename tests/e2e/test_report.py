@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -140,6 +141,9 @@ def _nodes(api: kubernetes.client.ApiClient, backend: str, namespace: str) -> It
 # The scheduler's words for a Pod no node has room for; a Pod whose claim the controller
 # has not created yet is also Unschedulable, for a moment, and is not decided.
 _NO_ROOM = ("Insufficient", "cannot allocate all claims")
+# How long every Pod must keep its node (or its refusal) to count as decided: a Pod refused
+# while another's claim was still being allocated is tried again, and bound, within it.
+_STEADY_S = 2.0
 
 
 def _settle(api: kubernetes.client.ApiClient, namespace: str, count: int) -> None:
@@ -147,11 +151,22 @@ def _settle(api: kubernetes.client.ApiClient, namespace: str, count: int) -> Non
         message = unschedulable(pod) or ""
         return any(phrase in message for phrase in _NO_ROOM)
 
-    def decided() -> bool:
+    def placements() -> list[tuple[str, str]] | None:
         pods = list_pods(api, namespace, "")
-        return len(pods) == count and all(running(p) or refused(p) for p in pods)
+        if len(pods) != count or not all(running(p) or refused(p) for p in pods):
+            return None
+        return sorted((p["metadata"]["name"], p["spec"].get("nodeName") or "") for p in pods)
 
-    wait_until(decided, timeout=_TIMEOUT, what=f"{count} Pods in {namespace} placed", interval=0.2)
+    seen: list[Any] = [None, 0.0]
+
+    def steady() -> bool:
+        now = placements()
+        if now is None or now != seen[0]:
+            seen[:] = [now, time.monotonic()]
+            return False
+        return time.monotonic() - seen[1] >= _STEADY_S
+
+    wait_until(steady, timeout=_TIMEOUT, what=f"{count} Pods in {namespace} placed", interval=0.2)
 
 
 def _metadata(name: str, workload_type: str | None, run: str) -> Manifest:
