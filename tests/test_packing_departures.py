@@ -23,6 +23,7 @@ from bench.packing.departures_live import sample
 from bench.packing.extender_cost import CAPACITY, node_manifest, slice_manifest
 from bench.packing.trace import TraceNode, TraceTask, task_list
 from castslice.extender.cluster_view import ClusterView
+from castslice.extender.fragmentation import NodeFree
 
 ONE_GPU = TraceNode("node-a", 8000, 16384, 1, "T4")
 
@@ -99,11 +100,16 @@ def test_the_default_score_is_least_allocated_plus_balanced_allocation() -> None
     free = view.free("node-a")
     assert free is not None
     task = TraceTask("t", 5000, 2560, 0, 0, ())
-    # LeastAllocated: CPU (5000 x 100) // 10000 = 50, memory 75, mean 62; balanced: CPU
-    # half used, memory a quarter, std 0.125: int(87.5) = 87.
-    assert default_score(node, free, task) == 62 + 87
+    # LeastAllocated: CPU (5000 x 100) // 10000 = 50, memory 75, mean 62; balanced, the
+    # change the task makes (kube-scheduler 1.37.2): CPU half used, memory a quarter, std
+    # 0.125, int(87.5) = 87 with the task against 100 on the empty node: 50 + (50 - 13) // 2.
+    assert default_score(node, free, task) == 62 + 68
     # MostAllocated: CPU 50, memory (2560 x 100) // 10240 = 25, mean 37; the same balance.
-    assert default_score(node, free, task, most_allocated=True) == 37 + 87
+    assert default_score(node, free, task, most_allocated=True) == 37 + 68
+    # A task that evens a node out scores more: half the node's CPU taken, a task of half
+    # its memory takes the balance from 75 to 100, 50 + (50 + 25) // 2; LeastAllocated 50.
+    taken = NodeFree(5000, free.gpu_milli, free.model, free.memory, free.pool)
+    assert default_score(node, taken, TraceTask("t", 0, 5120, 0, 0, ())) == 50 + 87
 
 
 def test_kube_scheduler_scores_a_share_of_a_large_cluster() -> None:

@@ -30,8 +30,9 @@ Four policies, on the same nodes and the same tasks:
   balanced_allocation.go), the best at random among equals (`selectHost`). Its other
   score plugins tell no trace node apart. The one task asking for no memory is scored
   with 0, not kube-scheduler's non-zero default of 200 MiB. BalancedAllocation scores the
-  node with the task on it, as kube-scheduler 1.30.14 does (1.37.2 scores the change
-  the task makes to the balance, as `castslice plan`'s `placing.StockScores` does).
+  change the task makes to the node's balance, as kube-scheduler 1.37.2 does and
+  `castslice plan`'s `placing.StockScores` counts it (1.30.14 scored the balance with the
+  task on the node; the records before 2026-12-05's re-run were made with that).
 - `most-allocated`: the same profile with NodeResourcesFit's scoring strategy set to
   MostAllocated over CPU and memory (infra/scheduler/most-allocated.yaml;
   most_allocated.go): the nodes most requested in proportion first, a bin packer that
@@ -79,7 +80,7 @@ from typing import Protocol
 from castslice.contract import Manifest
 from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import NodeFree, accessible, take
-from castslice.extender.placing import balance, fit_score
+from castslice.extender.placing import default_profile_score
 
 from . import report
 from .extender_cost import (
@@ -207,14 +208,13 @@ def default_score(
     node: TraceNode, free: NodeFree, task: TraceTask, most_allocated: bool = False
 ) -> int:
     """NodeResourcesFit (LeastAllocated, or MostAllocated) plus
-    NodeResourcesBalancedAllocation, on CPU and memory, the task counted on the node
-    (BalancedAllocation as kube-scheduler 1.30.14 scores it: the balance with the task)."""
+    NodeResourcesBalancedAllocation, on CPU and memory, as kube-scheduler 1.37.2 scores
+    them (`placing.default_profile_score`)."""
     had = [
         (node.cpu_milli - free.cpu_milli, task.cpu_milli, node.cpu_milli),
         ((node.memory_mib << 20) - free.memory, task.memory_mib << 20, node.memory_mib << 20),
     ]
-    requested = [(taken + asked, whole) for taken, asked, whole in had]
-    return fit_score(had, most_allocated) + balance(requested)
+    return default_profile_score(had, most_allocated)
 
 
 class DefaultProfile(_Claimed):

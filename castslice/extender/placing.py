@@ -173,13 +173,19 @@ class StockScores:
         ]
         if not had:
             return 0
-        fit = fit_score(had, self.most_allocated)
         if not (shape.cpu_milli or shape.memory):
-            return fit
-        with_pod = balance([(taken + asked, whole) for taken, asked, whole in had])
-        without = balance([(taken, whole) for taken, _, whole in had])
-        half = MAX_NODE_SCORE // 2
-        return fit + half + (half + with_pod - without) // 2
+            return fit_score(had, self.most_allocated)
+        return default_profile_score(had, self.most_allocated)
+
+
+def default_profile_score(had: Sequence[tuple[int, int, int]], most_allocated: bool = False) -> int:
+    """NodeResourcesFit's score (`fit_score`) plus NodeResourcesBalancedAllocation's score
+    of the change the Pod makes to the balance (balancedResourceScorer), over (taken, asked,
+    allocatable) of each resource, for a Pod that asks one of them."""
+    with_pod = balance([(taken + asked, whole) for taken, asked, whole in had])
+    without = balance([(taken, whole) for taken, _, whole in had])
+    half = MAX_NODE_SCORE // 2
+    return fit_score(had, most_allocated) + half + (half + with_pod - without) // 2
 
 
 def fit_score(had: Sequence[tuple[int, int, int]], most_allocated: bool = False) -> int:
