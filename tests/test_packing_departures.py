@@ -171,6 +171,10 @@ def test_the_table_gives_each_count_its_waits_and_the_wait_one_node_fewer() -> N
         "| default profile | 42 | 513 | 2628 | 24.0 h | 3 of 8152 | 18 min | 3.4 h | 3.4 h "
         "| 2.50% | 1.38% | 37.9 h |"
     )
+    # A bound not kept even on every node: the count is not one that keeps it.
+    unkept = {**record, "kept": False, "bound_s": 0, "nodes": 1213, "gpus": 6212}
+    row = report.departures_table([unkept])[-1]
+    assert row.startswith("| default profile | 42 | more than 1213 | more than 6212 | 0 s |")
 
 
 def test_the_plot_draws_the_demand_on_every_node_and_the_gpus_each_policy_needs() -> None:
@@ -182,10 +186,13 @@ def test_the_plot_draws_the_demand_on_every_node_and_the_gpus_each_policy_needs(
         {"kind": "fewest", "policy": policy, "seed": 42, "bound_s": 600, "nodes": 1, "gpus": gpus}
         for policy, gpus in (("fgd", 8), ("default", 300))
     ]
-    svg = ElementTree.fromstring(report.departures_plot([whole, *needs], 600))
+    # A bound not kept even on every node has no count to draw.
+    unkept = {**needs[0], "policy": "most-allocated", "kept": False, "gpus": 10}
+    svg = ElementTree.fromstring(report.departures_plot([whole, *needs, unkept], 600))
     texts = [element.text for element in svg.iter() if element.tag.endswith("text")]
     assert "FGD needs 8 GPUs" in texts
     assert "default profile needs 300 GPUs" in texts
+    assert not any("MostAllocated" in (text or "") for text in texts)
     (line,) = [element for element in svg.iter() if element.tag.endswith("polyline")]
     # Five and ten GPUs allocated: the second point higher up the plot.
     heights = [float(point.split(",")[1]) for point in line.get("points", "").split()]

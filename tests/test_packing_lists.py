@@ -149,6 +149,25 @@ def test_the_lists_table_sets_the_extender_beside_fgd_and_best_fit_on_its_seeds(
     assert svg.count("<circle") == 2 * 2 + 2 and svg.count("<rect") == 2 * 2 + 2 + 1
 
 
+def test_fgd_in_process_is_set_beside_the_extender_on_the_seeds_both_ran() -> None:
+    records = [
+        _record(42, 94.63, 95.01),
+        _record(43, 94.00, 94.50),
+        _record(42, 94.53, 95.11, policy="fgd"),
+        # Only FGD in process: no seed to pair.
+        _record(44, 94.00, 94.00, list="default", policy="fgd"),
+    ]
+    assert report.port_table(records)[2:] == [
+        # Seed 42 of gpuspec20: the extender 0.10 ahead at 100 %, 0.10 behind at 130 %; the
+        # port 0.06 below the paper's FGD (94.59) at 100 %, 0.35 above (94.76) at 130 %.
+        "| gpuspec20 | 42 | 94.53% | 95.11% | +0.10 / -0.10 | 1 / 0 of 1 | -0.06 / +0.35 |"
+    ]
+    # Without FGD in process, the lists' section has no such table.
+    assert report.port_table(records[:2]) == []
+    assert "FGD in process" not in report.lists_section(records[:2])
+    assert "FGD in process" in report.lists_section(records)
+
+
 def test_the_difference_to_fgd_carries_its_seeds_standard_error_and_ties_to_the_hundredth() -> None:
     # Paired differences +0.04 and -0.06: a standard deviation of 0.0707, over the root of 2.
     assert report._error([0.04, -0.06]) == " ± 0.05"

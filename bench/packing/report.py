@@ -13,7 +13,7 @@ import math
 import os
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -354,15 +354,18 @@ def section(records: Sequence[dict[str, Any]]) -> tuple[str, dict[str, str]]:
     return "\n".join(lines), images
 
 
-def list_runs(records: Sequence[dict[str, Any]]) -> dict[str, dict[int, tuple[float, float]]]:
-    """The extender's figures per task list and seed (as fractions), from the whole cluster
-    in the artefact's order with nothing else changed; a seed run again: its latest run."""
+def list_runs(
+    records: Sequence[dict[str, Any]], policy: str = "extender"
+) -> dict[str, dict[int, tuple[float, float]]]:
+    """The figures of `policy` (the extender, or `fgd`: FGD in process) per task list and
+    seed (as fractions), from the whole cluster in the artefact's order with nothing else
+    changed; a seed run again: its latest run."""
     found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     for record in records:
         plain = (record["order"], record["every"], record["lag"], record["jitter"]) == (
             "artefact", 1, 0, 0,
         )  # fmt: skip
-        if plain and record["policy"] == "extender" and not record["batches"]:
+        if plain and record["policy"] == policy and not record["batches"]:
             pair = (record["at_100"] / 100, record["at_130"] / 100)
             found[record["list"]][record["seed"]] = pair
     return {name: dict(sorted(found[name].items())) for name in LISTS if name in found}
@@ -392,11 +395,7 @@ def lists_table(records: Sequence[dict[str, Any]]) -> list[str]:
             for by_seed in (runs, published[name, "FGD"], published[name, "Best-fit"])
             for point in (0, 1)
         ]
-        differences = [
-            [(runs[seed][point] - published[name, "FGD"][seed][point]) * 100 for seed in seeds]
-            for point in (0, 1)
-        ]
-        rows.append((name, _seed_list(seeds), means, differences))
+        rows.append((name, _seed_list(seeds), means, _paired(runs, published[name, "FGD"], seeds)))
     if len(rows) > 1:
         columns = zip(*(means for _, _, means, _ in rows), strict=True)
         pooled = [
@@ -414,6 +413,43 @@ def lists_table(records: Sequence[dict[str, Any]]) -> list[str]:
             f"| {_at_or_above(paired[0])} / {_at_or_above(paired[1])} of {len(paired[0])} |"
         )
     return lines
+
+
+def _paired(
+    ours: Mapping[int, tuple[float, float]],
+    theirs: Mapping[int, tuple[float, float]],
+    seeds: Sequence[int],
+) -> list[list[float]]:
+    """Per point (100 %, 130 %), each seed's difference in points, ours less theirs."""
+    return [[(ours[seed][point] - theirs[seed][point]) * 100 for seed in seeds] for point in (0, 1)]
+
+
+def port_table(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Per task list with FGD also placed in process (`offline --policies fgd`: this
+    project's port of the simulator's policy, on the extender's draws and harness), its
+    means, the extender less it on the same seeds, and it less the paper's FGD."""
+    ours, port, published = list_runs(records), list_runs(records, "fgd"), list_results()
+    lines = [
+        "| task list | seeds | FGD in process at 100 % | at 130 % | extender − FGD in process "
+        "at 100 % / 130 % | seeds at or above | FGD in process − the paper's FGD |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in port.items():
+        seeds = [seed for seed in runs if seed in ours.get(name, {})]
+        if not seeds:
+            continue
+        against = _paired(ours[name], runs, seeds)
+        behind = _paired(runs, published[name, "FGD"], seeds)
+        lines.append(
+            f"| {name} | {_seed_list(seeds)} "
+            f"| {statistics.fmean(runs[seed][0] for seed in seeds):.2%} "
+            f"| {statistics.fmean(runs[seed][1] for seed in seeds):.2%} "
+            f"| {statistics.fmean(against[0]):+.2f}{_error(against[0])} / "
+            f"{statistics.fmean(against[1]):+.2f}{_error(against[1])} "
+            f"| {_at_or_above(against[0])} / {_at_or_above(against[1])} of {len(seeds)} "
+            f"| {statistics.fmean(behind[0]):+.2f} / {statistics.fmean(behind[1]):+.2f} |"
+        )
+    return lines if len(lines) > 2 else []
 
 
 def _error(differences: Sequence[float]) -> str:
@@ -487,7 +523,11 @@ def lists_plot(records: Sequence[dict[str, Any]]) -> str:
 
 def lists_section(records: Sequence[dict[str, Any]]) -> str:
     """The Markdown between the lists' markers."""
-    return "\n".join([*lists_table(records), "", f"![the task lists](images/{LISTS_PLOT})"])
+    beside = port_table(records)
+    return "\n".join(
+        [*lists_table(records), "", f"![the task lists](images/{LISTS_PLOT})"]
+        + (["", *beside] if beside else [])
+    )
 
 
 def _between(doc: str, begin: str, end: str, text: str) -> str:
@@ -517,6 +557,8 @@ _DEPARTURE_POLICIES = {
     "most-allocated": "MostAllocated profile",
     "extender": "extender",
     "fgd": "FGD",
+    "mig-first-fit": "MIG first fit",
+    "mig-least-fragmenting": "MIG least fragmenting",
 }
 _DAY = 86400
 
@@ -558,9 +600,13 @@ def departures_table(records: Sequence[dict[str, Any]]) -> list[str]:
     for record in latest:
         bound = "(every node)" if record["kind"] == "whole" else _duration(record["bound_s"])
         waited = record["waited"]
+        # Not kept even on every node: the count is more than the cluster has, the waits
+        # are those on every node.
+        beyond = "more than " if record.get("kept") is False else ""
         lines.append(
-            f"| {_DEPARTURE_POLICIES[record['policy']]} | {record['seed']} | {record['nodes']} | "
-            f"{record['gpus']} | {bound} | {waited} of {record['tasks']} | "
+            f"| {_DEPARTURE_POLICIES[record['policy']]} | {record['seed']} | "
+            f"{beyond}{record['nodes']} | {beyond}{record['gpus']} | {bound} | "
+            f"{waited} of {record['tasks']} | "
             f"{_duration(record['wait_median_s']) if waited else '-'} | "
             f"{_duration(record['wait_p95_s']) if waited else '-'} | "
             f"{_duration(record['wait_max_s']) if waited else '-'} | "
@@ -576,7 +622,7 @@ def departures_plot(records: Sequence[dict[str, Any]], bound: int) -> str:
     latest = _latest(records)
     wholes = [latest[key] for key in sorted(latest) if key[0] == "whole" and key[2] == 42]
     needs = [latest[key] for key in sorted(latest) if key[0] == "fewest" and key[3] == bound
-             and key[2] == 42]  # fmt: skip
+             and key[2] == 42 and latest[key].get("kept") is not False]  # fmt: skip
     width, height, left, bottom, right, top = 760, 440, 60, 50, 250, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     first, last = wholes[0]["span_s"]
