@@ -120,3 +120,28 @@ def test_every_packed_gpu_is_a_layout_nvml_allows_and_holds_every_instance(
     # No packing needs fewer GPUs than the memory slices or compute slices demand.
     memory = sum(model.profile(n).memory_slices * c for n, c in instances.items())  # type: ignore[union-attr]
     assert sum(packed.values()) >= math.ceil(memory / model.memory_total)
+
+
+@pytest.mark.parametrize("model", NVML_MODELS, ids=[m.name for m in NVML_MODELS])
+def test_an_instance_removed_frees_its_slices_for_the_next(model: GpuModel) -> None:
+    """A Pod that leaves gives back its instance's placement (the departures replay of
+    bench/packing/mig.py): every placement NVML lists, taken and given back."""
+    for profile in model.profiles:
+        for start in layouts.starts(model, profile):
+            empty = layouts.GpuState()
+            placed = layouts.put(model, empty, profile, start)
+            assert placed is not None
+            assert layouts.remove(model, placed, profile, start) == empty
+    # The whole GPU's instance, given back, leaves room for the smallest again.
+    empty = layouts.GpuState()
+    big = max(model.profiles, key=lambda profile: profile.memory_slices)
+    taken = layouts.put(model, empty, big, 0)
+    assert taken is not None
+    smallest = min(model.profiles, key=lambda profile: profile.memory_slices)
+    assert layouts.put(model, taken, smallest, 0) is None
+    assert layouts.put(model, layouts.remove(model, taken, big, 0), smallest, 0) is not None
+    # Where no such instance is, there is nothing to give back.
+    with pytest.raises(ValueError, match=rf"no {smallest.name} instance at slice 0"):
+        layouts.remove(model, empty, smallest, 0)
+    with pytest.raises(ValueError, match=rf"no {smallest.name} instance at slice 0"):
+        layouts.remove(model, taken, smallest, 0)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench.packing import mig
+from bench.packing.departures import Stay, replay
 from bench.packing.trace import TraceNode, TraceTask, read_nodes, read_tasks, sample_nodes, workload
+from castslice.backends.mig.layouts import GpuState
 from castslice.backends.mig.profiles import MODELS
 from castslice.settings.config import Config
 from tests.helpers import nvml_allows
@@ -66,6 +68,26 @@ def test_the_least_fragmenting_rule_keeps_a_node_whole_for_the_pod_that_needs_it
         for policy in mig.POLICIES
     }
     assert placed == {mig.FIRST_FIT: 1, mig.LEAST_FRAGMENTING: 2}
+
+
+@pytest.mark.parametrize("policy", mig.POLICIES)
+def test_a_task_that_leaves_gives_back_its_instances_cpu_and_memory(policy: str) -> None:
+    nodes = [TraceNode("two", 64000, 262144, 2, "A100"), TraceNode("one", 64000, 262144, 1, "A100")]
+    stays = [
+        Stay(_task("small", 100), 0, 50),
+        Stay(_task("half", 470), 5, 50),
+        Stay(_task("whole", 1000, cpu_milli=60000), 6, 80),
+        Stay(_task("two-gpus", 1000, num_gpu=2), 10, 10),
+        Stay(_task("two-gpus-later", 1000, num_gpu=2), 20, 100),
+    ]
+    placing = mig.Departing(A100, nodes, [stay.task for stay in stays], policy)
+    run = replay(stays, placing, gpus=3)
+    # Every task ran: those that found no room waited for one to leave and took its room.
+    assert run.never_placed == 0 and run.waited
+    # Once all have left, each node has its CPU, memory and every MIG slice back.
+    for node, kind in zip(placing.cluster.values(), nodes, strict=True):
+        assert (node.cpu_milli, node.memory_mib) == (kind.cpu_milli, kind.memory_mib)
+        assert node.gpus == (GpuState(),) * kind.gpus
 
 
 def test_an_unknown_model_or_policy_is_named_with_the_choices(

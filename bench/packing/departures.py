@@ -77,12 +77,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
 
+from castslice.backends.mig.profiles import MODELS
 from castslice.contract import Manifest
 from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import NodeFree, accessible, take
 from castslice.extender.placing import default_profile_score
 
-from . import report
+from . import mig, report
 from .extender_cost import (
     CAPACITY,
     bind,
@@ -102,7 +103,12 @@ POLICIES = {
     "most-allocated": "MostAllocated profile",
     "extender": "extender",
     "fgd": "FGD (in process)",
+    "mig-first-fit": "MIG first fit (A100-80GB)",
+    "mig-least-fragmenting": "MIG least fragmenting (A100-80GB)",
 }
+# The MIG policies' GPU: every GPU of the trace's nodes taken as one (the A100-80GB and the
+# H200 place the trace alike, docs/performance.md).
+MIG_MODEL = "A100-80GB"
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): all nodes below
 # 100, else an adaptive share of them, at least 5 % and at least 100 nodes.
 _MIN_FEASIBLE_NODES = 100
@@ -331,6 +337,9 @@ def policy_for(
         return Extender(nodes, shares)
     if name == "fgd":
         return Fgd(nodes, [stay.task for stay in stays])
+    if name.startswith("mig-"):
+        known = [stay.task for stay in stays]
+        return mig.Departing(MODELS[MIG_MODEL], nodes, known, name.removeprefix("mig-"))
     raise ValueError(f"policy {name!r}: one of {', '.join(POLICIES)}")
 
 

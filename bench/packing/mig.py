@@ -33,7 +33,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -48,6 +48,7 @@ from castslice.backends.mig.slot_fragmentation import (
     SlotFragmentation,
     apply,
     first_fit,
+    release,
 )
 from castslice.settings.config import Config
 
@@ -132,9 +133,51 @@ class Run:
 
 @dataclass
 class _Node:
+    name: str
     cpu_milli: int
     memory_mib: int
     gpus: tuple[GpuState, ...]
+
+
+def _cluster(nodes: Sequence[TraceNode]) -> list[_Node]:
+    return [_Node(n.name, n.cpu_milli, n.memory_mib, (GpuState(),) * n.gpus) for n in nodes]
+
+
+def choose(
+    model: GpuModel,
+    rule: SlotFragmentation,
+    policy: str,
+    cluster: Iterable[_Node],
+    task: TraceTask,
+    wanted: Request | None,
+) -> tuple[_Node, Move] | None:
+    """Where `policy` places the task (asking `wanted` of the GPUs) on the cluster as it is:
+    the node and the instances' GPUs and placements; None: it fits no node."""
+    chosen: tuple[_Node, Move] | None = None
+    for node in cluster:
+        if node.cpu_milli < task.cpu_milli or node.memory_mib < task.memory_mib:
+            continue
+        if policy == FIRST_FIT:
+            if wanted is None:
+                return (node, Move(0.0, (), ()))
+            move = first_fit(model, node.gpus, wanted)
+            if move is not None:
+                return (node, move)
+            continue
+        host = Host(node.cpu_milli, node.memory_mib)
+        move = rule.best(node.gpus, wanted, host, Host(task.cpu_milli, task.memory_mib))
+        if move is not None and (chosen is None or move.growth < chosen[1].growth):
+            chosen = (node, move)
+    return chosen
+
+
+def _take(
+    model: GpuModel, node: _Node, task: TraceTask, wanted: Request | None, move: Move
+) -> None:
+    node.cpu_milli -= task.cpu_milli
+    node.memory_mib -= task.memory_mib
+    if wanted is not None:
+        node.gpus = apply(model, node.gpus, wanted, move)
 
 
 def place(
@@ -152,39 +195,20 @@ def place(
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
     config = config or Config()
     rule = SlotFragmentation(model, typical_requests(model, known, config))
-    cluster = [_Node(n.cpu_milli, n.memory_mib, (GpuState(),) * n.gpus) for n in nodes]
+    cluster = _cluster(nodes)
     gpus = sum(node.gpus for node in nodes)
     run = Run(model.name, seed, policy, order)
     arrived = placed = Fraction(0)
     counted = [0, 0]
     for task in tasks:
         wanted = request(model, task, config)
-        chosen: tuple[_Node, Move] | None = None
-        for node in cluster:
-            if node.cpu_milli < task.cpu_milli or node.memory_mib < task.memory_mib:
-                continue
-            if policy == FIRST_FIT:
-                if wanted is None:
-                    chosen = (node, Move(0.0, (), ()))
-                    break
-                move = first_fit(model, node.gpus, wanted)
-                if move is not None:
-                    chosen = (node, move)
-                    break
-                continue
-            host = Host(node.cpu_milli, node.memory_mib)
-            move = rule.best(node.gpus, wanted, host, Host(task.cpu_milli, task.memory_mib))
-            if move is not None and (chosen is None or move.growth < chosen[1].growth):
-                chosen = (node, move)
+        chosen = choose(model, rule, policy, cluster, task, wanted)
         if wanted is not None:
             counted[0] += 1
             arrived += task.demand
         if chosen is not None:
-            node, move = chosen
-            node.cpu_milli -= task.cpu_milli
-            node.memory_mib -= task.memory_mib
+            _take(model, chosen[0], task, wanted, chosen[1])
             if wanted is not None:
-                node.gpus = apply(model, node.gpus, wanted, move)
                 counted[1] += 1
                 placed += task.demand
         if arrived >= gpus and not run.at_100.tasks_arrived:
@@ -192,6 +216,51 @@ def place(
     run.at_130 = _point(model, cluster, counted, placed, gpus)
     run.gpus = tuple(state for node in cluster for state in node.gpus)
     return run
+
+
+class Departing:
+    """`policy` on a cluster that frees what a task held once it leaves (the departures
+    replay's `Policy`): every GPU of `nodes` a `model` GPU in MIG mode, cut as the tasks
+    come, an instance gone with its task; the typical requests those of `known`."""
+
+    def __init__(
+        self,
+        model: GpuModel,
+        nodes: Sequence[TraceNode],
+        known: Sequence[TraceTask],
+        policy: str,
+        config: Config | None = None,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+        self.model, self.policy, self.config = model, policy, config or Config()
+        self.rule = SlotFragmentation(model, typical_requests(model, known, self.config))
+        self.cluster = {node.name: node for node in _cluster(nodes)}
+        # Per placed task: its node, what it asked of the GPUs and where that went.
+        self.held: dict[int, tuple[_Node, Request | None, Move]] = {}
+
+    def _place(self, index: int, task: TraceTask, nodes: Iterable[_Node]) -> str | None:
+        wanted = request(self.model, task, self.config)
+        chosen = choose(self.model, self.rule, self.policy, nodes, task, wanted)
+        if chosen is None:
+            return None
+        node, move = chosen
+        _take(self.model, node, task, wanted, move)
+        self.held[index] = (node, wanted, move)
+        return node.name
+
+    def arrive(self, index: int, task: TraceTask) -> str | None:
+        return self._place(index, task, self.cluster.values())
+
+    def retry(self, index: int, task: TraceTask, node: str) -> bool:
+        return self._place(index, task, [self.cluster[node]]) is not None
+
+    def leave(self, index: int, task: TraceTask) -> None:
+        node, wanted, move = self.held.pop(index)
+        node.cpu_milli += task.cpu_milli
+        node.memory_mib += task.memory_mib
+        if wanted is not None:
+            node.gpus = release(self.model, node.gpus, wanted, move)
 
 
 def _point(

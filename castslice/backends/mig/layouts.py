@@ -93,6 +93,17 @@ def put(model: GpuModel, state: GpuState, profile: Profile, start: int) -> GpuSt
     )
 
 
+def remove(model: GpuModel, state: GpuState, profile: Profile, start: int) -> GpuState:
+    """`state` without the `profile` instance at the placement starting at `start`, as
+    before `put` placed it there: its memory and compute slices free again."""
+    bits = ((1 << profile.memory_slices) - 1) << start
+    if state.taken & bits != bits or profile.name not in state.instances:
+        raise ValueError(f"no {profile.name} instance at slice {start} to remove")
+    instances = list(state.instances)
+    instances.remove(profile.name)
+    return GpuState(state.taken & ~bits, state.compute - profile.compute_slices, tuple(instances))
+
+
 def add(model: GpuModel, state: GpuState, profile: Profile) -> GpuState | None:
     """`state` with one more `profile` instance at its first free placement, or None."""
     for start in starts(model, profile):

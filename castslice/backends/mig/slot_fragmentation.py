@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from castslice.backends.mig.layouts import GpuState, put, starts
+from castslice.backends.mig.layouts import GpuState, put, remove, starts
 from castslice.backends.mig.profiles import GpuModel, Profile
 
 
@@ -117,6 +117,16 @@ def apply(
         if placed is None:
             raise ValueError(f"GPU {index} has no free {request.profile.name} at slice {start}")
         after[index] = placed
+    return tuple(after)
+
+
+def release(
+    model: GpuModel, gpus: Sequence[GpuState], request: Request, move: Move
+) -> tuple[GpuState, ...]:
+    """The node's GPUs once the Pod `move` placed with `request` has left (`apply` undone)."""
+    after = list(gpus)
+    for index, start in zip(move.gpus, move.starts, strict=True):
+        after[index] = remove(model, after[index], request.profile, start)
     return tuple(after)
 
 
