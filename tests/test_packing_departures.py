@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -13,6 +14,7 @@ from bench.packing.departures import (
     default_score,
     feasible_to_find,
     fewest_nodes,
+    main,
     policy_for,
     read_stays,
     replay,
@@ -219,3 +221,31 @@ def test_the_docs_show_each_recorded_live_sample_beside_the_process() -> None:
             f"| {record['same_wait']} |"
         )
         assert row in text
+
+
+def test_the_docs_show_the_recorded_departures() -> None:
+    """docs/performance.md's departures tables and plot are what `python -m
+    bench.packing.departures --report` writes from bench/packing/results/departures.jsonl."""
+    records = report.read(report.DEPARTURES_RESULTS)
+    doc = report.DOC.read_text()
+    shown = doc.split(report.DEPARTURES_BEGIN, 1)[1].split(report.DEPARTURES_END, 1)[0]
+    assert shown == f"\n{report.departures_section(records)}\n"
+    whole = [record for record in records if "largest_gpus" not in record]
+    plot = (report.IMAGES / report.DEPARTURES_PLOT).read_text()
+    assert plot == report.departures_plot(whole, 600)
+
+
+def test_a_replay_of_the_smaller_tasks_is_recorded_and_shown_apart(tmp_path: Path) -> None:
+    path = tmp_path / "departures.jsonl"
+    argv = ["--policies", "mig-first-fit", "--bounds", "0", "--fewest-only", "--record", str(path)]
+    assert main([*argv, "--largest-gpus", "4"]) == 0
+    (record,) = report.read(path)
+    # The trace's tasks asking at most four GPUs, each at its own time.
+    assert record["largest_gpus"] == 4
+    assert record["tasks"] == sum(1 for stay in read_stays() if stay.task.num_gpu <= 4)
+    assert record["tasks"] < 8152
+    section = report.departures_section([record])
+    # Its own table, after the whole list's (empty here) and the plot.
+    head, tail = section.split("Only the tasks asking 4 GPUs or fewer:")
+    assert "MIG first fit" not in head
+    assert f"| MIG first fit | 42 | {record['nodes']} | {record['gpus']} | 0 s |" in tail

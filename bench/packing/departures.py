@@ -566,6 +566,11 @@ def main(argv: list[str] | None = None) -> int:
         help="longest waits allowed, seconds, comma-separated: the fewest nodes for each",
     )
     parser.add_argument("--list", default="default", help="the task list (one with times)")
+    parser.add_argument(
+        "--largest-gpus",
+        type=int,
+        help="leave out the tasks asking more GPUs than this (the rest keep their times)",
+    )
     parser.add_argument("--record", type=Path, help="a JSON Lines file the figures go to")
     parser.add_argument(
         "--fewest-only", action="store_true", help="leave out the replay on every node"
@@ -589,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         stays = read_stays(task_list(args.list))
+        if args.largest_gpus is not None:
+            stays = [stay for stay in stays if stay.task.num_gpu <= args.largest_gpus]
         seeds = [int(seed) for seed in args.seeds.split(",")]
         bounds = [int(bound) for bound in args.bounds.split(",")]
     except ValueError as error:
@@ -603,7 +610,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(shown), flush=True)
         if args.record:
             with args.record.open("a") as file:
-                file.write(json.dumps({**line, "list": args.list, "commit": commit}) + "\n")
+                limit = {} if args.largest_gpus is None else {"largest_gpus": args.largest_gpus}
+                file.write(
+                    json.dumps({**line, "list": args.list, **limit, "commit": commit}) + "\n"
+                )
 
     for seed in seeds:
         for name in policies:

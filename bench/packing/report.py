@@ -690,18 +690,32 @@ def departures_plot(records: Sequence[dict[str, Any]], bound: int) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _whole_list(record: dict[str, Any]) -> bool:
+    return record.get("largest_gpus") is None
+
+
+def departures_section(records: Sequence[dict[str, Any]]) -> str:
+    """The Markdown between the departures' markers: the replays of the whole task list,
+    its plot, then per limit those of the tasks asking at most that many GPUs
+    (`--largest-gpus`)."""
+    lines = [
+        *departures_table([record for record in records if _whole_list(record)]),
+        "",
+        f"![GPUs allocated, Pods leaving](images/{DEPARTURES_PLOT})",
+    ]
+    for limit in sorted({record["largest_gpus"] for record in records if not _whole_list(record)}):
+        kept = [record for record in records if record.get("largest_gpus") == limit]
+        lines += ["", f"Only the tasks asking {limit} GPUs or fewer:", "", *departures_table(kept)]
+    return "\n".join(lines)
+
+
 def write_departures(results: Path = DEPARTURES_RESULTS, bound: int = 600) -> None:
-    """The departures plot into docs/images and its table into docs/performance.md."""
+    """The departures plot into docs/images and its tables into docs/performance.md."""
     records = read(results)
     IMAGES.mkdir(exist_ok=True)
-    (IMAGES / DEPARTURES_PLOT).write_text(departures_plot(records, bound))
-    text = "\n".join(
-        [
-            *departures_table(records),
-            "",
-            f"![GPUs allocated, Pods leaving](images/{DEPARTURES_PLOT})",
-        ]
-    )
+    whole = [record for record in records if _whole_list(record)]
+    (IMAGES / DEPARTURES_PLOT).write_text(departures_plot(whole, bound))
+    text = departures_section(records)
     DOC.write_text(_between(DOC.read_text(), DEPARTURES_BEGIN, DEPARTURES_END, text))
 
 
