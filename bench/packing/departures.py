@@ -19,7 +19,7 @@ just freed: it is tried there. The scheduler's back-off (one to ten seconds) is 
 out: the trace's times are whole seconds over months. Departures at a time come before
 arrivals at the same time; a task that arrives while others wait is tried at once.
 
-Four policies, on the same nodes and the same tasks:
+Six policies, on the same nodes and the same tasks:
 
 - `default`: kube-scheduler's default profile, `dra` at S shares per GPU: of the nodes
   that pass its filters (CPU, memory, the GPU model asked for, and the DRA allocator's
@@ -47,6 +47,12 @@ Four policies, on the same nodes and the same tasks:
   the GPU it scores, the trace's own thousandths of a GPU), on each node's `NodeFree`
   as `offline.place_fgd` keeps them, not on a `ClusterView`: FGD reads no Pods or
   claims, and counts thousandths of a GPU rather than S shares.
+- `mig-first-fit`, `mig-least-fragmenting`: `bench.packing.mig`'s rules (`mig.Departing`)
+  with every GPU an A100-80GB in MIG mode, cut as the tasks come; a task that leaves
+  gives its instances back.
+
+`--largest-gpus N` leaves out the tasks asking more than N GPUs; the others keep their
+times.
 
 The default profile and the extender bind on the scheduler's own `ClusterView` with
 `extender_cost.bind` (the scheduler's filters and the DRA allocator's first fit).
