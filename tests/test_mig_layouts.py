@@ -131,7 +131,7 @@ def test_an_instance_removed_frees_its_slices_for_the_next(model: GpuModel) -> N
             empty = layouts.GpuState()
             placed = layouts.put(model, empty, profile, start)
             assert placed is not None
-            assert layouts.remove(model, placed, profile, start) == empty
+            assert layouts.remove(placed, profile, start) == empty
     # The whole GPU's instance, given back, leaves room for the smallest again.
     empty = layouts.GpuState()
     big = max(model.profiles, key=lambda profile: profile.memory_slices)
@@ -139,9 +139,9 @@ def test_an_instance_removed_frees_its_slices_for_the_next(model: GpuModel) -> N
     assert taken is not None
     smallest = min(model.profiles, key=lambda profile: profile.memory_slices)
     assert layouts.put(model, taken, smallest, 0) is None
-    assert layouts.put(model, layouts.remove(model, taken, big, 0), smallest, 0) is not None
+    assert layouts.put(model, layouts.remove(taken, big, 0), smallest, 0) is not None
     # Where no such instance is, there is nothing to give back.
     with pytest.raises(ValueError, match=rf"no {smallest.name} instance at slice 0"):
-        layouts.remove(model, empty, smallest, 0)
+        layouts.remove(empty, smallest, 0)
     with pytest.raises(ValueError, match=rf"no {smallest.name} instance at slice 0"):
-        layouts.remove(model, taken, smallest, 0)
+        layouts.remove(taken, smallest, 0)

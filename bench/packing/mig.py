@@ -16,7 +16,9 @@ memory fit and whose GPUs take its instances:
   request the whole trace makes, weighted by how often, as FGD learns its typical Pods
   from the trace before tuning).
 
-CPU-only tasks go first fit under both. Tasks never leave (the FGD paper's setting). Each
+CPU-only tasks go first fit under both. Tasks never leave (the FGD paper's setting); where
+they do, `Departing` runs the same rules in the departures replay
+(bench/packing/departures.py), each instance given back when its task leaves. Each
 run gives, once the arrived GPU demand reaches 100 % of the cluster's GPUs and at the end
 (130 %): the GPU tasks placed of those arrived, the GPU demand placed (of the cluster's
 GPUs, the FGD paper's figure), the instances, the GPUs holding any, and the memory slices
@@ -260,7 +262,7 @@ class Departing:
         node.cpu_milli += task.cpu_milli
         node.memory_mib += task.memory_mib
         if wanted is not None:
-            node.gpus = release(self.model, node.gpus, wanted, move)
+            node.gpus = release(node.gpus, wanted, move)
 
 
 def _point(

@@ -93,7 +93,7 @@ def put(model: GpuModel, state: GpuState, profile: Profile, start: int) -> GpuSt
     )
 
 
-def remove(model: GpuModel, state: GpuState, profile: Profile, start: int) -> GpuState:
+def remove(state: GpuState, profile: Profile, start: int) -> GpuState:
     """`state` without the `profile` instance at the placement starting at `start`, as
     before `put` placed it there: its memory and compute slices free again."""
     bits = ((1 << profile.memory_slices) - 1) << start

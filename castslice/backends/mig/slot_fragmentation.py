@@ -120,13 +120,11 @@ def apply(
     return tuple(after)
 
 
-def release(
-    model: GpuModel, gpus: Sequence[GpuState], request: Request, move: Move
-) -> tuple[GpuState, ...]:
+def release(gpus: Sequence[GpuState], request: Request, move: Move) -> tuple[GpuState, ...]:
     """The node's GPUs once the Pod `move` placed with `request` has left (`apply` undone)."""
     after = list(gpus)
     for index, start in zip(move.gpus, move.starts, strict=True):
-        after[index] = remove(model, after[index], request.profile, start)
+        after[index] = remove(after[index], request.profile, start)
     return tuple(after)
 
 
