@@ -427,6 +427,11 @@ class RareShapes:
         """Rare among `seen` and the wholes of `empty`, on `empty`."""
         return cls(tuple(rare_shapes([*seen, *whole_node_shapes(empty)], empty)), first)
 
+    def looks_at(self, pod: PodShape) -> bool:
+        """Whether keeping the rare shapes counts in the Pod's score: every Pod's once a Pod
+        has left, before that only a Pod's of whole GPUs."""
+        return bool(self.shapes) and (self.first or (pod.gpus > 0 and pod.gpu_milli >= MILLI))
+
     def bonus(self, node: NodeFree, after: NodeFree) -> int:
         """What keeping the rare shapes adds to FGD's score: above its range once Pods
         leave, else nothing."""
@@ -438,7 +443,7 @@ class RareShapes:
         """The tie key of a Pod of whole GPUs where nothing has left: 1 where the node
         keeps the rare shapes, else 0; 0 for every other Pod (their ties go by the packing
         key or the name)."""
-        if self.first or not self.shapes or not pod.gpus or pod.gpu_milli < MILLI:
+        if self.first or not self.looks_at(pod):
             return 0
         return int(self._keeps(node, after))
 
@@ -692,7 +697,7 @@ class Scorer:
         if packs_by_fullness(pod, self._cpu_scarce):
             kept = min(sum(after), _KEY_SPAN)
             key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN
-        if self.rare.shapes:
+        if self.rare.looks_at(pod):
             placed = NodeFree(cpu_after, tuple(after), node.model, memory_after, node.pool)
             fgd += self.rare.bonus(node, placed)
             key += self.rare.key(node, placed, pod)
