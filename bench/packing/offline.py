@@ -16,6 +16,11 @@ the order a live cluster takes Pods in, and the batches the replay creates them 
 takes 20 seconds to three minutes where a live replay takes 45 to 90, so this gives the ten
 seeds a live replay cannot; the live replay of one seed checks it (docs/performance.md).
 
+In the artefact's order the nodes carry the names the artefact's simulator gives them in
+that seed's run (`trace.artefact_names`), so both policies break their ties by name over
+the cluster the paper's FGD ran on; `--trace-names` keeps the trace's names, as the live
+replays name their nodes.
+
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
 """
 
@@ -29,7 +34,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -63,6 +68,7 @@ from .trace import (
     ORDERS,
     TraceNode,
     TraceTask,
+    artefact_names,
     read_nodes,
     read_tasks,
     sample_nodes,
@@ -325,10 +331,16 @@ def figures(result: Placed, args: argparse.Namespace, commit: str) -> dict[str, 
     figures in %."""
     return {
         "list": args.list, "order": args.order, "every": args.every, "lag": args.lag,
-        "jitter": args.jitter, "batches": args.batches, "seed": result.seed,
+        "jitter": args.jitter, "batches": args.batches, "names": node_names(args),
+        "seed": result.seed,
         "policy": result.policy, "at_100": round(result.at_100 * 100, 4),
         "at_130": round(result.at_130 * 100, 4), "commit": commit,
     }  # fmt: skip
+
+
+def node_names(args: argparse.Namespace) -> str:
+    """Whose names the nodes carry: the artefact's simulator's, or the trace's."""
+    return "artefact" if args.order == "artefact" and not args.trace_names else "trace"
 
 
 def head_commit() -> str:
@@ -376,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         "--list", default="default", choices=LISTS, help="the FGD artefact's task list to place"
     )
     parser.add_argument(
+        "--trace-names",
+        action="store_true",
+        help="in the artefact's order, keep the trace's node names, not its simulator's",
+    )
+    parser.add_argument(
         "--record", type=Path, help="a JSON Lines file each seed's figures are appended to"
     )
     args = parser.parse_args(argv)
@@ -384,12 +401,16 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"--policies: no {', '.join(wrong)}; one of {', '.join(POLICIES)}", file=sys.stderr)
         return 2
-    nodes = sample_nodes(read_nodes(), args.every)
+    sampled = sample_nodes(read_nodes(), args.every)
     commit = head_commit() if args.record else ""
     source = task_list(args.list)
     tasks = read_tasks(source)
     results = []
     for seed in map(int, args.seeds.split(",")):
+        nodes = sampled
+        if node_names(args) == "artefact":
+            named = artefact_names(sampled, seed, source)
+            nodes = [replace(node, name=named[node.name]) for node in sampled]
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order, source)
         if args.jitter:
             arrived = jittered(arrived, args.jitter, seed)

@@ -16,8 +16,10 @@ tasks) until its GPU demand is 130 % of the cluster's GPUs; tasks never leave. T
   method with other draws;
 - `artefact`: the same, with the artefact's own draws: `artefact_draw/main.go` takes them
   from Go's math/rand in the simulator's order, so a seed gives the workload the paper's
-  run of that seed was given (as far as its code shows: its per-seed results cannot be
-  rerun here to check it).
+  run of that seed was given, and then the names the simulator gives the nodes
+  (`artefact_names`). The simulator itself, built and run here at that commit (`cpu250`,
+  seed 42), submitted these tasks in this order and placed 93.51 % at the end, its
+  published figure.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import csv
 import os
 import random
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -163,13 +166,34 @@ def artefact_workload(
     by_name = {task.name: task for task in tasks}
     if len(by_name) != len(tasks) or tasks != read_tasks(source):
         raise ValueError("the artefact order draws from the whole trace file, in its order")
+    return [by_name[name] for name in _artefact_draw(source, seed, gpus)]
+
+
+def artefact_names(
+    nodes: Sequence[TraceNode], seed: int, source: Path = TASKS_CSV
+) -> dict[str, str]:
+    """Each node's name as the artefact's simulator names it in its run of `seed` over the
+    trace file `source`: a number from the same draws before it (`artefact_draw`), so that
+    the lowest name, which takes kube-scheduler's ties, is a node drawn at random."""
+    gpus = sum(node.gpus for node in nodes)
+    names = sorted(node.name for node in nodes)
+    drawn = _artefact_draw(source, seed, gpus, len(names))
+    numbers = drawn[drawn.index("nodes") + 1 :]
+    if len(numbers) != len(names):
+        raise RuntimeError(f"artefact_draw numbered {len(numbers)} nodes of {len(names)}")
+    return {name: f"{int(number):04d}-{name}" for name, number in zip(names, numbers, strict=True)}
+
+
+def _artefact_draw(source: Path, seed: int, gpus: int, nodes: int | None = None) -> list[str]:
+    """What `artefact_draw` prints for the arguments, line by line."""
     ratio = f"{float(ARRIVAL):g}"
     # Built ahead where there is no Go (Cloud Build's test step: its helm step builds it).
     built = os.environ.get(ARTEFACT_DRAW_BINARY)
     command = [built] if built else ["go", "run", "."]
+    counted = [] if nodes is None else [str(nodes)]
     try:
         drawn = subprocess.run(
-            [*command, str(source), str(seed), str(gpus), ratio],
+            [*command, str(source), str(seed), str(gpus), ratio, *counted],
             cwd=ARTEFACT_DRAW, capture_output=True, text=True, check=True,
         )  # fmt: skip
     except FileNotFoundError as error:
@@ -179,4 +203,4 @@ def artefact_workload(
         ) from error
     except subprocess.CalledProcessError as error:
         raise RuntimeError(f"artefact_draw failed: {error.stderr.strip()}") from error
-    return [by_name[name] for name in drawn.stdout.split()]
+    return drawn.stdout.split()

@@ -13,7 +13,18 @@
 //     tasks (in the file's order) at rand.Intn(len) until one would pass it, comparing one
 //     GPU's share of the copy (MilliGpu), not its whole demand, as the simulator does.
 //
-// Usage: go run . TASKS_CSV SEED CLUSTER_GPUS RATIO
+// Given the cluster's node count too, it then prints a line "nodes" and, for each node in
+// the order of their names, the number the simulator puts before its name: its
+// syncClusterResourceList (pkg/simulator/simulator.go) sorts the nodes by name and names
+// the i-th "%04d-" + name with rand.Perm(nodes)[i], so kube-scheduler's ties, which its
+// selectHost gives the lowest name, go by a random order of the nodes, not the trace's.
+// Ten draws come between the tuning and that permutation: one rand.Float64 for each of the
+// ten informers whose reflectors start a watch once the scheduler's caches are synced
+// (client-go tools/cache/reflector.go, ListAndWatch). Ten is what reproduces the names the
+// simulator gives its nodes, built and run here at that commit, on every task list and
+// seed tried (five); on fewer or more the names differ.
+//
+// Usage: go run . TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES]
 package main
 
 import (
@@ -26,6 +37,9 @@ import (
 )
 
 const milli = 1000
+
+// The draws the simulator's informers take between the tuning and the nodes' names.
+const informerDraws = 10
 
 type task struct {
 	name string
@@ -79,8 +93,7 @@ func read(path string) ([]task, error) {
 	return tasks, nil
 }
 
-func draw(tasks []task, seed int64, clusterGpus int64, ratio float64) []task {
-	random := rand.New(rand.NewSource(seed))
+func draw(random *rand.Rand, tasks []task, clusterGpus int64, ratio float64) []task {
 	_ = random.Int()
 	chosen := append([]task(nil), tasks...)
 	sort.Slice(chosen, func(i, j int) bool { return chosen[i].name < chosen[j].name })
@@ -111,9 +124,18 @@ func draw(tasks []task, seed int64, clusterGpus int64, ratio float64) []task {
 }
 
 func main() {
-	if len(os.Args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: artefact_draw TASKS_CSV SEED CLUSTER_GPUS RATIO")
+	if len(os.Args) != 5 && len(os.Args) != 6 {
+		fmt.Fprintln(os.Stderr, "usage: artefact_draw TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES]")
 		os.Exit(2)
+	}
+	nodes := int64(0)
+	if len(os.Args) == 6 {
+		var err error
+		nodes, err = strconv.ParseInt(os.Args[5], 10, 64)
+		if err != nil || nodes <= 0 {
+			fmt.Fprintln(os.Stderr, "artefact_draw: NODES must be an integer above 0")
+			os.Exit(2)
+		}
 	}
 	seed, err1 := strconv.ParseInt(os.Args[2], 10, 64)
 	gpus, err2 := strconv.ParseInt(os.Args[3], 10, 64)
@@ -127,7 +149,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "artefact_draw:", err)
 		os.Exit(1)
 	}
-	for _, t := range draw(tasks, seed, gpus, ratio) {
+	random := rand.New(rand.NewSource(seed))
+	for _, t := range draw(random, tasks, gpus, ratio) {
 		fmt.Println(t.name)
+	}
+	if nodes == 0 {
+		return
+	}
+	for range informerDraws {
+		random.Float64()
+	}
+	fmt.Println("nodes")
+	for _, number := range random.Perm(int(nodes)) {
+		fmt.Println(number)
 	}
 }
