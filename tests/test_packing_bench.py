@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from dataclasses import astuple
 from fractions import Fraction
 
 import pytest
@@ -28,6 +29,7 @@ from bench.packing.trace import (
     ONE_AT_A_TIME,
     TraceNode,
     TraceTask,
+    artefact_names,
     read_nodes,
     read_tasks,
     sample_nodes,
@@ -109,6 +111,35 @@ def test_the_artefact_order_shuffles_every_task_then_tunes_with_its_own_draws() 
     assert len(set(pruned)) == len(pruned) < len(TASKS)
     with pytest.raises(ValueError, match="whole trace file"):
         workload(TASKS[1:], 6212, seed=42, order="artefact")
+
+
+# The nodes the FGD artefact's simulator (8f3d641, built and run here as its experiments run
+# it: cpu250, -tune 1.3 -tuneseed 42 --shuffle-pod=true) gave its first ten Pods, in order,
+# from its log: ties go to the lowest name, and it numbers the names.
+SIMULATOR_FIRST_TEN = (
+    ["0000-openb-node-0867"] * 5 + ["0001-openb-node-0402"] * 4 + ["0081-openb-node-1168"]
+)
+
+
+def test_the_artefact_order_names_the_nodes_as_its_simulator_does() -> None:
+    source = task_list("cpu250")
+    tasks = read_tasks(source)
+    named = artefact_names(NODES, 42, source)
+    # Every node once, each name the trace's after a number from 0000 up, all different.
+    assert sorted(named) == sorted(node.name for node in NODES)
+    assert all(new.split("-", 1)[1] == old for old, new in named.items())
+    assert sorted(int(new[:4]) for new in named.values()) == list(range(len(NODES)))
+    # The names the simulator gave the nodes its first ten Pods went to, and so FGD's ties:
+    # on the trace's names the first Pod would take openb-node-0000.
+    assert {named[name.split("-", 1)[1]] for name in SIMULATOR_FIRST_TEN} == set(
+        SIMULATOR_FIRST_TEN
+    )
+    nodes = [TraceNode(named[node.name], *astuple(node)[1:]) for node in NODES]
+    arrived = workload(tasks, 6212, 42, "artefact", source)[:10]
+    assert list(place_fgd(nodes, arrived, tasks, 42).nodes) == SIMULATOR_FIRST_TEN
+    assert place_fgd(NODES, arrived, tasks, 42).nodes[0] == "openb-node-0000"
+    # Another seed, other numbers.
+    assert artefact_names(NODES, 43, source) != named
 
 
 def test_the_paper_s_results_are_its_published_per_seed_figures() -> None:

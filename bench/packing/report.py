@@ -358,13 +358,13 @@ def list_runs(
     records: Sequence[dict[str, Any]], policy: str = "extender"
 ) -> dict[str, dict[int, tuple[float, float]]]:
     """The figures of `policy` (the extender, or `fgd`: FGD in process) per task list and
-    seed (as fractions), from the whole cluster in the artefact's order with nothing else
-    changed; a seed run again: its latest run."""
+    seed (as fractions), from the whole cluster in the artefact's order, its nodes named as
+    its simulator names them, with nothing else changed; a seed run again: its latest run.
+    Records from before the nodes were so named (no `names`) had the trace's names."""
     found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     for record in records:
-        plain = (record["order"], record["every"], record["lag"], record["jitter"]) == (
-            "artefact", 1, 0, 0,
-        )  # fmt: skip
+        settings = (record["order"], record["every"], record["lag"], record["jitter"])
+        plain = (*settings, record.get("names", "trace")) == ("artefact", 1, 0, 0, "artefact")
         if plain and record["policy"] == policy and not record["batches"]:
             pair = (record["at_100"] / 100, record["at_130"] / 100)
             found[record["list"]][record["seed"]] = pair
