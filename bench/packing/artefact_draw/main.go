@@ -18,11 +18,12 @@
 // syncClusterResourceList (pkg/simulator/simulator.go) sorts the nodes by name and names
 // the i-th "%04d-" + name with rand.Perm(nodes)[i], so kube-scheduler's ties, which its
 // selectHost gives the lowest name, go by a random order of the nodes, not the trace's.
-// Ten draws come between the tuning and that permutation: one rand.Float64 for each of the
-// ten informers whose reflectors start a watch once the scheduler's caches are synced
-// (client-go tools/cache/reflector.go, ListAndWatch). Ten is what reproduces the names the
-// simulator gives its nodes, built and run here at that commit, on every task list and
-// seed tried (five); on fewer or more the names differ.
+// Ten draws come between the tuning and that permutation: client-go's reflectors take one
+// rand.Float64 each as they start a watch (tools/cache/reflector.go, ListAndWatch), and the
+// simulator's informers start eleven about when the nodes are named. Ten before it is what
+// reproduces the names the simulator, built and run here at that commit, gave its nodes on
+// every task list and seed tried (five); the draws race with the naming, so a run of it
+// could number its nodes otherwise.
 //
 // Usage: go run . TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES]
 package main
