@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -30,6 +29,7 @@ from bench.packing.trace import (
     TraceNode,
     TraceTask,
     artefact_names,
+    named_as_simulated,
     read_nodes,
     read_tasks,
     sample_nodes,
@@ -134,7 +134,8 @@ def test_the_artefact_order_names_the_nodes_as_its_simulator_does() -> None:
     assert {named[name.split("-", 1)[1]] for name in SIMULATOR_FIRST_TEN} == set(
         SIMULATOR_FIRST_TEN
     )
-    nodes = [replace(node, name=named[node.name]) for node in NODES]
+    nodes = named_as_simulated(NODES, 42, source)
+    assert [node.name for node in nodes] == [named[node.name] for node in NODES]
     arrived = workload(tasks, 6212, 42, "artefact", source)[:10]
     assert list(place_fgd(nodes, arrived, tasks, 42).nodes) == SIMULATOR_FIRST_TEN
     assert place_fgd(NODES, arrived, tasks, 42).nodes[0] == "openb-node-0000"

@@ -49,7 +49,7 @@ from scipy.sparse import lil_matrix  # type: ignore[import-untyped]
 from castslice.extender.fragmentation import NodeFree
 
 from . import report
-from .offline import Placed, head_commit, place_all
+from .offline import Placed, head_commit, node_names, nodes_named, place_all
 from .trace import (
     LISTS,
     MILLI,
@@ -195,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lists", default="default", help=f"comma-separated: {', '.join(LISTS)}")
     parser.add_argument("--order", default="artefact", choices=ORDERS)
     parser.add_argument("--every", type=int, default=1, help="one trace node in N (1: all)")
+    parser.add_argument(
+        "--trace-names",
+        action="store_true",
+        help="in the artefact's order, keep the trace's node names, not its simulator's",
+    )
     parser.add_argument("--record", type=Path, help="a JSON Lines file the figures go to")
     parser.add_argument(
         "--report", action="store_true", help=f"only write the table of {RESULTS.name} into docs/"
@@ -208,19 +213,21 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"--lists: no {', '.join(wrong)}; one of {', '.join(LISTS)}", file=sys.stderr)
         return 2
-    nodes = sample_nodes(read_nodes(), args.every)
-    gpus = sum(node.gpus for node in nodes)
+    sampled = sample_nodes(read_nodes(), args.every)
+    gpus = sum(node.gpus for node in sampled)
     commit = head_commit() if args.record else ""
     for name in lists:
         source = task_list(name)
         tasks = read_tasks(source)
         for seed in map(int, args.seeds.split(",")):
+            nodes = nodes_named(args, sampled, seed, source)
             arrived = workload(tasks, gpus, seed, args.order, source)
             found = bound(nodes, arrived, seed)
             placed = place_all(nodes, arrived, "extender", seed)
             free = left_free(arrived, placed)
             line = {
-                "list": name, "order": args.order, "every": args.every, "seed": seed,
+                "list": name, "order": args.order, "every": args.every,
+                "names": node_names(args), "seed": seed,
                 "bound_100": round(found.at_100 * 100, 4),
                 "bound_130": round(found.at_130 * 100, 4),
                 "extender_100": round(placed.at_100 * 100, 4),

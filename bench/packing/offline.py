@@ -34,7 +34,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -68,7 +68,7 @@ from .trace import (
     ORDERS,
     TraceNode,
     TraceTask,
-    artefact_names,
+    named_as_simulated,
     read_nodes,
     read_tasks,
     sample_nodes,
@@ -343,6 +343,15 @@ def node_names(args: argparse.Namespace) -> str:
     return "artefact" if args.order == "artefact" and not args.trace_names else "trace"
 
 
+def nodes_named(
+    args: argparse.Namespace, nodes: Sequence[TraceNode], seed: int, source: Path
+) -> Sequence[TraceNode]:
+    """`nodes` with the names `node_names` says they carry in the run of `seed`."""
+    if node_names(args) == "artefact":
+        return named_as_simulated(nodes, seed, source)
+    return nodes
+
+
 def head_commit() -> str:
     """The checkout's commit, short, with `+` where its files differ from it ("": none)."""
 
@@ -407,10 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = read_tasks(source)
     results = []
     for seed in map(int, args.seeds.split(",")):
-        nodes = sampled
-        if node_names(args) == "artefact":
-            named = artefact_names(sampled, seed, source)
-            nodes = [replace(node, name=named[node.name]) for node in sampled]
+        nodes = nodes_named(args, sampled, seed, source)
         arrived = workload(tasks, sum(node.gpus for node in nodes), seed, args.order, source)
         if args.jitter:
             arrived = jittered(arrived, args.jitter, seed)

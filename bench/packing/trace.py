@@ -29,7 +29,7 @@ import os
 import random
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -182,6 +182,14 @@ def artefact_names(
     if len(numbers) != len(names):
         raise RuntimeError(f"artefact_draw numbered {len(numbers)} nodes of {len(names)}")
     return {name: f"{int(number):04d}-{name}" for name, number in zip(names, numbers, strict=True)}
+
+
+def named_as_simulated(
+    nodes: Sequence[TraceNode], seed: int, source: Path = TASKS_CSV
+) -> list[TraceNode]:
+    """`nodes` carrying the names `artefact_names` gives them, in the same order."""
+    named = artefact_names(nodes, seed, source)
+    return [replace(node, name=named[node.name]) for node in nodes]
 
 
 def _artefact_draw(source: Path, seed: int, gpus: int, nodes: int | None = None) -> list[str]:
