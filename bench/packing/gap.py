@@ -20,12 +20,14 @@ Solved with HiGHS through SciPy's `linprog`. The gap between this bound and what
 scheduler places is the most any better placement could win back; how much of it no
 placement of whole tasks on whole nodes can win is not measured.
 
-Then the extender's placement in process (`offline.place_all`, the paper's order) and,
-at its end, each node's free GPU thousandths put down to the first reason no task left
-Pending takes them (`REASONS`): none of them may use the node's GPU model (or asks more
-GPUs than it has), none fits its free CPU, none its free memory, or the free GPUs are
-too few or their free shares too small for every one that would fit otherwise. Nothing
-leaves, so a Pending task fits no node at the end either.
+Then the extender's placement in process (`offline.place_all`, the paper's order, the
+nodes named as the simulator names them in that seed's run, as `offline` names them; with
+`--trace-names`, the trace's names) and, at its end, each node's free GPU thousandths
+put down to the first reason no task left Pending takes them (`REASONS`): none of them
+may use the node's GPU model (or asks more GPUs than it has), none fits its free CPU,
+none its free memory, or the free GPUs are too few or their free shares too small for
+every one that would fit otherwise. Nothing leaves, so a Pending task fits no node at the
+end either.
 
     python -m bench.packing.gap --lists default,gpuspec25 --seeds 42 \\
         --record bench/packing/results/gap.jsonl
