@@ -43,12 +43,10 @@ from castslice.extender.cluster_view import ClusterView
 from castslice.extender.fragmentation import (
     NodeFree,
     PodShape,
-    Scorer,
     accessible,
     fgd_choice,
     take,
     tie_broken,
-    typical_pods,
 )
 
 from .extender_cost import (
@@ -61,6 +59,7 @@ from .extender_cost import (
     prioritized,
     slice_manifest,
 )
+from .fgd_arithmetic import SimulatorFragmentation
 from .replay import batch_ends
 from .trace import (
     LISTS,
@@ -231,18 +230,18 @@ def shape_of(task: TraceTask, memory: bool = True) -> PodShape:
 Remembered = dict[str, tuple[NodeFree, dict[PodShape, tuple[int, int | None]]]]
 
 
-def fgd_scorer(known: Sequence[TraceTask]) -> Scorer:
+def fgd_scorer(known: Sequence[TraceTask]) -> SimulatorFragmentation:
     """FGD's fragmentation measure: the typical Pods counted once over `known` (the trace
-    before tuning), memory not looked at, as the paper's simulator counts them."""
-    # FGD has no model place: only the scorer's fragmentation is read.
-    return Scorer(typical_pods(shape_of(task, memory=False) for task in known), {})
+    before tuning), memory not looked at, as the paper's simulator counts them, with its
+    float steps."""
+    return SimulatorFragmentation(shape_of(task, memory=False) for task in known)
 
 
 def fgd_pick(
     free: dict[str, NodeFree],
     names: Sequence[str],
     pod: PodShape,
-    scorer: Scorer,
+    scorer: SimulatorFragmentation,
     remembered: Remembered,
 ) -> tuple[str, int | None] | None:
     """The node FGD places `pod` on among `names` (each scored by `fgd_choice`, the lowest

@@ -195,14 +195,19 @@ def named_as_simulated(
 def _artefact_draw(source: Path, seed: int, gpus: int, nodes: int | None = None) -> list[str]:
     """What `artefact_draw` prints for the arguments, line by line."""
     ratio = f"{float(ARRIVAL):g}"
+    counted = [] if nodes is None else [str(nodes)]
+    return run_artefact_draw([str(source), str(seed), str(gpus), ratio, *counted]).split()
+
+
+def run_artefact_draw(arguments: Sequence[str], given: str | None = None) -> str:
+    """What `artefact_draw` prints for `arguments`, `given` on its standard input."""
     # Built ahead where there is no Go (Cloud Build's test step: its helm step builds it).
     built = os.environ.get(ARTEFACT_DRAW_BINARY)
     command = [built] if built else ["go", "run", "."]
-    counted = [] if nodes is None else [str(nodes)]
     try:
         drawn = subprocess.run(
-            [*command, str(source), str(seed), str(gpus), ratio, *counted],
-            cwd=ARTEFACT_DRAW, capture_output=True, text=True, check=True,
+            [*command, *arguments],
+            cwd=ARTEFACT_DRAW, input=given, capture_output=True, text=True, check=True,
         )  # fmt: skip
     except FileNotFoundError as error:
         raise RuntimeError(
@@ -211,4 +216,4 @@ def _artefact_draw(source: Path, seed: int, gpus: int, nodes: int | None = None)
         ) from error
     except subprocess.CalledProcessError as error:
         raise RuntimeError(f"artefact_draw failed: {error.stderr.strip()}") from error
-    return drawn.stdout.split()
+    return drawn.stdout

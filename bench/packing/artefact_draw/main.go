@@ -26,6 +26,9 @@
 // could number its nodes otherwise.
 //
 // Usage: go run . TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES]
+//
+// `go run . frag` instead reads Pods and nodes on its standard input and prints the
+// simulator's typical Pods and each node's fragmentation, as frag.go says.
 package main
 
 import (
@@ -125,8 +128,15 @@ func draw(random *rand.Rand, tasks []task, clusterGpus int64, ratio float64) []t
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "frag" {
+		if err := frag(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "artefact_draw frag:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 5 && len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: artefact_draw TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES]")
+		fmt.Fprintln(os.Stderr, "usage: artefact_draw TASKS_CSV SEED CLUSTER_GPUS RATIO [NODES] | artefact_draw frag")
 		os.Exit(2)
 	}
 	nodes := int64(0)
