@@ -100,7 +100,15 @@ from .extender_cost import (
     prioritized,
     slice_manifest,
 )
-from .offline import Remembered, add_arriving, arriving, fgd_pick, fgd_scorer, head_commit, shape_of
+from .offline import (
+    Remembered,
+    add_arriving,
+    arriving,
+    fgd_measure,
+    fgd_pick,
+    head_commit,
+    shape_of,
+)
 from .trace import MILLI, TASKS_CSV, TraceNode, TraceTask, read_nodes, read_tasks, task_list
 
 RESULTS = Path(__file__).parent / "results" / "departures.jsonl"
@@ -294,14 +302,14 @@ class Fgd:
             for node in nodes
         }
         self.names = sorted(self.free)
-        self.scorer = fgd_scorer(known)
+        self.measure = fgd_measure(known)
         self.remembered: Remembered = {}
         # Per placed task: its node and what it took of each GPU.
         self.held: dict[int, tuple[str, tuple[int, ...]]] = {}
 
     def _place(self, index: int, task: TraceTask, names: Sequence[str]) -> str | None:
         pod = shape_of(task)
-        best = fgd_pick(self.free, names, pod, self.scorer, self.remembered)
+        best = fgd_pick(self.free, names, pod, self.measure, self.remembered)
         if best is None:
             return None
         name, gpu = best

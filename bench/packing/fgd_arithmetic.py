@@ -86,7 +86,7 @@ def typical_pods(observed: Iterable[PodShape]) -> list[tuple[PodShape, float]]:
 
 class SimulatorFragmentation:
     """`NodeGpuShareFragAmountScore` over the typical Pods of `known`, each node's
-    remembered while its free GPUs, model and CPU stay the same."""
+    remembered while its free GPUs, model, CPU and memory stay the same."""
 
     def __init__(self, known: Iterable[PodShape]) -> None:
         self.typical = typical_pods(known)

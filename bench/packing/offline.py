@@ -230,7 +230,7 @@ def shape_of(task: TraceTask, memory: bool = True) -> PodShape:
 Remembered = dict[str, tuple[NodeFree, dict[PodShape, tuple[int, int | None]]]]
 
 
-def fgd_scorer(known: Sequence[TraceTask]) -> SimulatorFragmentation:
+def fgd_measure(known: Sequence[TraceTask]) -> SimulatorFragmentation:
     """FGD's fragmentation measure: the typical Pods counted once over `known` (the trace
     before tuning), memory not looked at, as the paper's simulator counts them, with its
     float steps."""
@@ -241,7 +241,7 @@ def fgd_pick(
     free: dict[str, NodeFree],
     names: Sequence[str],
     pod: PodShape,
-    scorer: SimulatorFragmentation,
+    measure: SimulatorFragmentation,
     remembered: Remembered,
 ) -> tuple[str, int | None] | None:
     """The node FGD places `pod` on among `names` (each scored by `fgd_choice`, the lowest
@@ -257,7 +257,7 @@ def fgd_pick(
             remembered[name] = (node, choices)
         choice = choices.get(pod)
         if choice is None:
-            choice = choices[pod] = fgd_choice(node, pod, (), None, scorer.fragmentation)
+            choice = choices[pod] = fgd_choice(node, pod, (), None, measure.fragmentation)
         if best is None or choice[0] > best[0]:
             best = (choice[0], name, choice[1])
     return None if best is None else (best[1], best[2])
@@ -271,7 +271,7 @@ def place_fgd(
     every node scored (`fgd_choice`), the lowest name of the best, and for a share of one
     GPU the GPU FGD scored, not the first that fits. The oracle the extender is measured
     against, like for like."""
-    scorer = fgd_scorer(known)
+    measure = fgd_measure(known)
     free = {
         node.name: NodeFree(node.cpu_milli, (MILLI,) * node.gpus, node.model, node.memory_mib)
         for node in nodes
@@ -284,7 +284,7 @@ def place_fgd(
     where: list[str] = []
     for task in tasks:
         pod = shape_of(task)
-        best = fgd_pick(free, names, pod, scorer, remembered)
+        best = fgd_pick(free, names, pod, measure, remembered)
         if best is not None:
             name, gpu = best
             after = take(free[name], pod, gpu)
