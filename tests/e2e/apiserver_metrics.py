@@ -42,6 +42,8 @@ POLICY_DURATION = "apiserver_mutating_admission_policy_check_duration_seconds"
 
 
 REQUESTS = "apiserver_admission_webhook_request_total"
+# Every request the API server answered, by verb, resource and HTTP status.
+API_REQUESTS = "apiserver_request_total"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,24 @@ def total(
 def fail_open_count(api: kubernetes.client.ApiClient, webhook: str = POD_WEBHOOK) -> float:
     """How many calls to `webhook` have failed open since the API server started."""
     return total(webhook_samples(api), FAIL_OPEN, webhook)
+
+
+def failed_pod_creates(api: kubernetes.client.ApiClient) -> float:
+    """How many Pod creates the API server has answered with anything but 201 Created.
+
+    Some fail after admission: before Kubernetes 1.31 a name made from `generateName`
+    that is already taken is refused with 409 AlreadyExists once the webhooks have
+    answered, and the controller creates the Pod again, so it is reviewed twice.
+    """
+    return sum(
+        sample.value
+        for sample in webhook_samples(api, API_REQUESTS)
+        if sample.family == API_REQUESTS
+        and sample.labels.get("verb") == "POST"
+        and sample.labels.get("resource") == "pods"
+        and not sample.labels.get("subresource")
+        and sample.labels.get("code") != "201"
+    )
 
 
 def series_of(samples: list[Sample], webhook: str) -> dict[str, set[tuple[str, ...]]]:

@@ -15,7 +15,7 @@ import pytest
 
 from castslice.render.webhook_configuration import POD_WEBHOOK
 
-from .apiserver_metrics import FAIL_OPEN, fail_open_count
+from .apiserver_metrics import FAIL_OPEN, fail_open_count, failed_pod_creates
 from .burst import APPLIED, remove_burst, start_burst, wait_for_pods
 from .burst import pods_in as burst_pods
 from .castslice_server import CastSliceServer
@@ -40,6 +40,7 @@ def test_every_pod_of_a_burst_is_rewritten_and_none_fails_open(
     castslice: CastSliceServer,
     namespace: str,
 ) -> None:
+    failed_before = failed_pod_creates(api)
     start_burst(api, namespace, "burst", BURST)
     try:
         wait_for_pods(api, namespace, BURST)
@@ -49,6 +50,7 @@ def test_every_pod_of_a_burst_is_rewritten_and_none_fails_open(
             for record in castslice.settled_log_records()
             if record.get("namespace") == namespace and record.get("decision") == "mutated"
         ]
+        retried = failed_pod_creates(api) - failed_before
     finally:
         remove_burst(api, namespace, "burst")
 
@@ -59,8 +61,9 @@ def test_every_pod_of_a_burst_is_rewritten_and_none_fails_open(
         assert resources_of(pod) == {"app": shared(2, cpu="100m")}
         record = json.loads(_annotations(pod)[APPLIED])
         assert {key: record[key] for key in EXPECTED_RECORD} == EXPECTED_RECORD
-    # One review per Pod: the API server did not retry or call twice.
-    assert len(reviewed) == BURST
+    # One review per Pod, and one more per create refused after admission and made
+    # again by the controller: the API server did not retry or call twice.
+    assert BURST <= len(reviewed) <= BURST + retried, f"{retried:.0f} creates refused"
     assert fail_open_count(api) == fail_opens_before
 
 
