@@ -82,7 +82,7 @@ def test_the_docs_show_the_recorded_bounds_and_every_free_gpu_is_accounted_for()
 def test_the_bound_s_table_sets_beside_it_what_the_fourteen_list_table_gives() -> None:
     """Its nodes named as the fourteen-list table's (the simulator's names), the extender in
     the bound's table placed what that table records on the same list and seed."""
-    runs = report.list_runs(report.read(report.LISTS_RESULTS))
+    runs = report.list_runs(report.read(report.LISTS_RESULTS), reading="crossing")
     latest = {(r["list"], r["seed"]): r for r in report.read(report.GAP_RESULTS)}
     for (name, seed), record in latest.items():
         assert record.get("names") == "artefact", name

@@ -16,6 +16,7 @@ from bench.packing.trace import (
     ARRIVAL,
     LISTS,
     TASKS_CSV,
+    TraceTask,
     read_nodes,
     read_tasks,
     sample_nodes,
@@ -103,6 +104,10 @@ def test_the_offline_harness_records_each_seed_of_a_list(tmp_path: Path) -> None
         ("gpuspec25", "artefact", 40, "artefact")
     }
     assert all(0 < line["at_100"] <= line["at_130"] <= 100 for line in lines)
+    # Read as the artefact reads its runs too, to the hundredth.
+    assert all(
+        0 < line["artefact_figures"][0] <= line["artefact_figures"][1] <= 100 for line in lines
+    )
     # The code each ran: this checkout's commit (none where it is no git checkout).
     assert {line["commit"] for line in lines} == {offline.head_commit()}
     # A run is its seed's: the same figures again.
@@ -114,6 +119,31 @@ def test_the_offline_harness_records_each_seed_of_a_list(tmp_path: Path) -> None
     # Ties went to other nodes: other figures (seed 42, FGD: 89.52 % at 100 % on the trace's
     # names, 90.12 % on the simulator's).
     assert [line["at_100"] for line in kept] != [line["at_100"] for line in lines[:4]]
+
+
+def _tasks(*milli: int) -> list[TraceTask]:
+    return [TraceTask(f"t{index}", 1000, 0, 1, each, ()) for index, each in enumerate(milli)]
+
+
+def test_a_run_is_read_as_the_artefact_reads_its_own() -> None:
+    """Ten GPUs: 99 % arrives placed, then sixteen tasks of 0.1 % each, the last six (from
+    100.1 % arrived) Pending."""
+    tasks = _tasks(*[100] * 99, *[10] * 16)
+    nodes = ["n"] * 99 + ["n"] * 10 + [""] * 6
+    at_100, at_130 = offline.artefact_reading(tasks, nodes, 10)
+    # The tasks whose arrival rounds to 100 %: 99.5 (to even) to 100.5 (to even), eleven;
+    # placed 99.5 ... 100.0, then 100.0 five times: their mean to the hundredth.
+    assert at_100 == round((99.5 + 99.6 + 99.7 + 99.8 + 99.9 + 100.0 + 5 * 100.0) / 11, 2)
+    assert at_100 == 99.86
+    # No task arrives near 130 %: no figure, as the artefact gives none.
+    assert at_130 is None
+    # Where no arrival rounds to the point, those within 1 % count: nine whole GPUs placed
+    # of twelve, then 0.8 GPU placed (arrival 128 %, placed 98 %), then 0.06 (128.6 %, which
+    # rounds to 129, placed 98.6 %).
+    tasks = _tasks(*[1000] * 12, *[100] * 8, 60)
+    at_100, at_130 = offline.artefact_reading(tasks, ["n"] * 9 + [""] * 3 + ["n"] * 9, 10)
+    assert at_100 == 90.0
+    assert at_130 == 98.6
 
 
 def _record(seed: int, at_100: float, at_130: float, **changed: object) -> dict[str, object]:
@@ -160,6 +190,25 @@ def test_the_lists_table_sets_the_extender_beside_fgd_and_best_fit_on_its_seeds(
     assert svg.count("<circle") == 2 * 2 + 2 and svg.count("<rect") == 2 * 2 + 2 + 1
 
 
+def test_the_tables_read_each_run_as_the_artefact_reads_its_own_where_recorded() -> None:
+    records = [
+        _record(42, 94.63, 95.01, artefact_figures=[94.59, 95.0]),
+        # No figure near a point, or a record from before the reading was recorded: the
+        # allocation when the arrivals crossed 100 % and at the end.
+        _record(43, 94.0, 94.5, artefact_figures=[None, 94.4]),
+        _record(44, 93.0, 93.5),
+    ]
+
+    def in_points(reading: report.Reading) -> dict[int, tuple[float, float]]:
+        runs = report.list_runs(records, reading=reading)["gpuspec20"]
+        return {seed: (round(a * 100, 4), round(b * 100, 4)) for seed, (a, b) in runs.items()}
+
+    assert in_points("artefact") == {42: (94.59, 95.0), 43: (94.0, 94.5), 44: (93.0, 93.5)}
+    assert in_points("crossing") == {42: (94.63, 95.01), 43: (94.0, 94.5), 44: (93.0, 93.5)}
+    # The table sets the artefact's reading beside the paper's (seed 42: FGD 94.59 / 94.76).
+    assert "| gpuspec20 | 42 | **94.59%** | 94.59% |" in report.lists_table(records[:1])[2]
+
+
 def test_fgd_in_process_is_set_beside_the_extender_on_the_seeds_both_ran() -> None:
     records = [
         _record(42, 94.63, 95.01),
@@ -177,6 +226,26 @@ def test_fgd_in_process_is_set_beside_the_extender_on_the_seeds_both_ran() -> No
     assert report.port_table(records[:2]) == []
     assert "FGD in process" not in report.lists_section(records[:2])
     assert "FGD in process" in report.lists_section(records)
+
+
+def test_fgd_in_process_read_as_the_paper_reads_places_what_the_paper_s_fgd_placed() -> None:
+    """The recorded runs of this project's FGD port, read as the artefact reads its own,
+    give the paper's figures on every seed to the hundredth: the port and the reading are
+    the paper's. Read when the arrivals cross 100 %, twelve seeds of `gpuspec10` and
+    `gpuspec25` differ by up to 0.11."""
+    records = report.read(report.LISTS_RESULTS)
+    published = report.list_results()
+    read = report.list_runs(
+        [record for record in records if "artefact_figures" in record], policy="fgd"
+    )
+    assert {"gpuspec10", "gpuspec25"} <= set(read)
+    for name, runs in read.items():
+        for seed, figures in runs.items():
+            assert [round(value * 100, 2) for value in figures] == [
+                round(value * 100, 2) for value in published[name, "FGD"][seed]
+            ], (name, seed)
+    crossing = report.list_runs(records, policy="fgd", reading="crossing")["gpuspec25"]
+    assert round(crossing[50][0] * 100, 2) != round(published["gpuspec25", "FGD"][50][0] * 100, 2)
 
 
 def test_the_difference_to_fgd_carries_its_seeds_standard_error_and_ties_to_the_hundredth() -> None:

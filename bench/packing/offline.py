@@ -21,6 +21,11 @@ that seed's run (`trace.artefact_names`), so both policies break their ties by n
 the cluster the paper's FGD ran on; `--trace-names` keeps the trace's names, as the live
 replays name their nodes.
 
+Each run gives the GPU demand placed when the arrivals cross 100 % of the cluster's GPUs
+and at the end (130 %), as the live replays count it, and the same two figures as the FGD
+artefact reads its own runs (`artefact_reading`), which its published figures are
+compared with.
+
     python -m bench.packing.offline --seeds 42,43,44 --policies extender,fgd
 """
 

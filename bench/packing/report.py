@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .trace import BATCHES, LISTS
 
@@ -354,19 +354,30 @@ def section(records: Sequence[dict[str, Any]]) -> tuple[str, dict[str, str]]:
     return "\n".join(lines), images
 
 
+Reading = Literal["artefact", "crossing"]
+
+
 def list_runs(
-    records: Sequence[dict[str, Any]], policy: str = "extender"
+    records: Sequence[dict[str, Any]], policy: str = "extender", reading: Reading = "artefact"
 ) -> dict[str, dict[int, tuple[float, float]]]:
     """The figures of `policy` (the extender, or `fgd`: FGD in process) per task list and
     seed (as fractions), from the whole cluster in the artefact's order, its nodes named as
     its simulator names them, with nothing else changed; a seed run again: its latest run.
-    Records from before the nodes were so named (no `names`) had the trace's names."""
+    Records from before the nodes were so named (no `names`) had the trace's names.
+
+    `reading`: `artefact`, the figures as the paper reads its own runs
+    (`offline.artefact_reading`), where the record carries them (older records carry only
+    the other); `crossing`, the demand placed when the arrivals crossed 100 % and at the
+    end."""
     found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     for record in records:
         settings = (record["order"], record["every"], record["lag"], record["jitter"])
         plain = (*settings, record.get("names", "trace")) == ("artefact", 1, 0, 0, "artefact")
         if plain and record["policy"] == policy and not record["batches"]:
             pair = (record["at_100"] / 100, record["at_130"] / 100)
+            read = record.get("artefact_figures")
+            if reading == "artefact" and read and None not in read:
+                pair = (read[0] / 100, read[1] / 100)
             found[record["list"]][record["seed"]] = pair
     return {name: dict(sorted(found[name].items())) for name in LISTS if name in found}
 
