@@ -116,6 +116,36 @@ class Placed:
     # The figures at 100 % and 130 % in %, as the FGD artefact reads them (`artefact_reading`).
     artefact_figures: tuple[float | None, float | None] | None = None
 
+    @classmethod
+    def of(
+        cls,
+        seed: int,
+        policy: str,
+        tasks: Sequence[TraceTask],
+        nodes: Sequence[str],
+        gpus: int,
+        left: tuple[tuple[str, NodeFree], ...] = (),
+    ) -> Placed:
+        """The figures of a run: `tasks` in the order they arrived, `nodes` where each went
+        ("": Pending), on a cluster of `gpus`, read both ways."""
+        arrived, placed = Fraction(0), Fraction(0)
+        at_100: Fraction | None = None
+        for task, node in zip(tasks, nodes, strict=True):
+            if node:
+                placed += task.demand
+            arrived += task.demand
+            if at_100 is None and arrived >= gpus:
+                at_100 = placed
+        return cls(
+            seed,
+            policy,
+            float((at_100 or placed) / gpus),
+            float(placed / gpus),
+            tuple(nodes),
+            left,
+            artefact_reading(tasks, nodes, gpus),
+        )
+
 
 def artefact_reading(
     tasks: Sequence[TraceTask], nodes: Sequence[str], gpus: int
@@ -195,8 +225,6 @@ def place_all(
     unseen: deque[list[tuple[str, str, Manifest]]] = deque()
     names = [node.name for node in nodes]
     draw = random.Random(seed)
-    arrived, placed = Fraction(0), Fraction(0)
-    at_100: Fraction | None = None
     where: list[str] = []
     # Where each batch the extender's view is shown ends: the replay's, or each task alone.
     if up_front:
@@ -231,21 +259,8 @@ def place_all(
             for event in unseen.popleft():
                 view.apply(*event)
         where.append(node or "")
-        if node is not None:
-            placed += task.demand
-        arrived += task.demand
-        if at_100 is None and arrived >= gpus:
-            at_100 = placed
     left = tuple((name, free) for name in names if (free := scheduler.free(name)) is not None)
-    return Placed(
-        seed,
-        policy,
-        float((at_100 or placed) / gpus),
-        float(placed / gpus),
-        tuple(where),
-        left,
-        artefact_reading(tasks, where, gpus),
-    )
+    return Placed.of(seed, policy, tasks, where, gpus, left)
 
 
 def arriving(index: int, task: TraceTask) -> tuple[str | None, Manifest]:
@@ -326,8 +341,6 @@ def place_fgd(
     names = sorted(free)
     gpus = sum(node.gpus for node in nodes)
     remembered: Remembered = {}
-    arrived, placed = Fraction(0), Fraction(0)
-    at_100: Fraction | None = None
     where: list[str] = []
     for task in tasks:
         pod = shape_of(task)
@@ -337,19 +350,8 @@ def place_fgd(
             after = take(free[name], pod, gpu)
             assert after is not None
             free[name] = after
-            placed += task.demand
         where.append(best[0] if best else "")
-        arrived += task.demand
-        if at_100 is None and arrived >= gpus:
-            at_100 = placed
-    return Placed(
-        seed,
-        "fgd",
-        float((at_100 or placed) / gpus),
-        float(placed / gpus),
-        tuple(where),
-        artefact_figures=artefact_reading(tasks, where, gpus),
-    )
+    return Placed.of(seed, "fgd", tasks, where, gpus)
 
 
 def table(results: Sequence[Placed]) -> str:
