@@ -36,6 +36,7 @@ from castslice.extender.fragmentation import (
     first_fit,
     fragmentation,
     packing_key,
+    packs_by_fullness,
     pinned_load,
     quadrant,
     rare_shapes,
@@ -287,7 +288,8 @@ def test_a_gpu_pod_free_to_choose_leaves_a_pinned_model_s_nodes_to_the_pods_pinn
     t4 = extender_score(T4_HALF_USED, anywhere, RARELY_PINNED, FEW_T4)
     g2 = extender_score(G2_FREE, anywhere, RARELY_PINNED, FEW_T4)
     assert fgd_score(T4_HALF_USED, anywhere, RARELY_PINNED, 1) == 50
-    assert t4 // TIE_RANGE == g2 // TIE_RANGE == 50
+    # In the extender's fiftieths for Pods of whole GPUs.
+    assert t4 // TIE_RANGE == g2 // TIE_RANGE == 25
     assert packing_key(NodeFree(8000, (0, 0), "T4")) > packing_key(
         NodeFree(32000, (0,) + (1000,) * 3)
     )
@@ -305,6 +307,39 @@ def test_a_gpu_pod_free_to_choose_leaves_a_pinned_model_s_nodes_to_the_pods_pinn
     preferred = extender_score(NodeFree(8000, (500, 1000), "T4"), half, typical, FEW_T4)
     other = extender_score(NodeFree(8000, (1000, 1000), "G2"), half, typical, FEW_T4)
     assert preferred // TIE_RANGE > other // TIE_RANGE and preferred > other
+
+
+def test_fgd_s_points_tie_nodes_a_point_apart_for_whole_gpus_but_not_for_shares() -> None:
+    """FGD's score in fiftieths for a Pod of whole GPUs: a node FGD scores one whole point
+    higher (51 against 50) ties, and the tie key sends the Pod to the model no pinned Pod
+    wants. A share keeps FGD's whole points, and so FGD's choice."""
+    # 5 % of the Pods ask 4 CPUs, which the T4 node below lacks: its GPU, taken, is no
+    # longer counted as fragmented for them.
+    typical = [
+        (PodShape(4000, 500, 1), 0.05),
+        (PodShape(1000, 1000, 1, ("T4",)), 0.02),
+        (PodShape(1000, 1000, 1), 0.93),
+    ]
+    t4, g2 = NodeFree(3000, (1000,), "T4"), NodeFree(8000, (1000,), "G2")
+    whole = PodShape(1000, 1000, 1)
+    assert (fgd_score(t4, whole, typical), fgd_score(g2, whole, typical)) == (51, 50)
+    assert extender_score(g2, whole, typical, FEW_T4) > extender_score(t4, whole, typical, FEW_T4)
+    scorer = Scorer(typical, FEW_T4)
+    assert scorer.score(g2, whole) > scorer.score(t4, whole)
+    # A share of 500: FGD scores the emptier node a point higher (61 against 60), the
+    # fuller one would win the tie.
+    typical = [
+        (PodShape(4000, 500, 1), 0.05),
+        (PodShape(1000, 250, 1), 0.05),
+        (PodShape(1000, 1000, 1), 0.9),
+    ]
+    share = PodShape(1000, 500, 1)
+    emptier, fuller = NodeFree(3000, (500, 500)), NodeFree(8000, (750,))
+    assert (fgd_score(emptier, share, typical), fgd_score(fuller, share, typical)) == (61, 60)
+    assert packs_by_fullness(share)
+    assert extender_score(emptier, share, typical, {}) > extender_score(fuller, share, typical, {})
+    scorer = Scorer(typical, {})
+    assert scorer.score(emptier, share) > scorer.score(fuller, share)
 
 
 # The openb trace's GPUs per model (bench/packing/data/openb_node_list_gpu_node.csv): G2 has

@@ -494,6 +494,11 @@ def test_plan_s_extender_count_keeps_the_one_large_node_for_the_task_only_it_fit
     extender, packed = result["scheduled"], result["scheduledMostAllocated"]
     # The G3 is the eleventh node of the list's mix (`cluster`): 11 nodes. Taken, the
     # count grows until a second copy of the G3 joins, 32 nodes.
-    whole = {part["pool"]: part for part in extender.get("pools") or []}.get("whole", extender)
-    assert (extender["scoredBy"], whole["nodes"], whole["gpus"]) == ("extender", 11, 88)
-    assert (packed["nodes"], packed["gpus"]) == (extender["nodes"], extender["gpus"])
+    pools = {part["pool"]: part["nodes"] for part in extender.get("pools") or []}
+    assert (extender["scoredBy"], pools.get("whole", extender["nodes"])) == ("extender", 11)
+    # With `nvidia`, the shares' pool has one node, whose whole is then rare too: the
+    # extender keeps it from the long CPU-only task, which MostAllocated packs there,
+    # leaving the shares no CPU, so one node more.
+    shares = sum(pools.values()) - pools.get("whole", 0)
+    assert (extender["nodes"], extender["gpus"]) == (11 + shares, 88 + 8 * shares)
+    assert (packed["nodes"], packed["gpus"]) == (11 + 2 * shares, 88 + 16 * shares)

@@ -172,9 +172,24 @@ def sigmoid(value: float) -> float:
     return 1.0 / (1.0 + math.exp(-value))
 
 
-def _gradient_score(before: float, after: float) -> int:
+def _gradient_score(before: float, after: float, points: int = MAX_NODE_SCORE) -> int:
     # Go's int64() truncates towards zero; the sigmoid is positive, so int() does the same.
-    return int(sigmoid((before - after) / MILLI) * MAX_NODE_SCORE)
+    return int(sigmoid((before - after) / MILLI) * points)
+
+
+# The points the extender counts FGD's score in, for every Pod but a share of one GPU.
+COARSE_POINTS = 50
+
+
+def score_points(pod: PodShape) -> int:
+    """The points the extender counts FGD's score in for the Pod: the artefact's 100 for a
+    share of one GPU, else COARSE_POINTS. Coarser points tie more nodes, and the tie key
+    (the model place, the packing key, the rare shapes) then decides among nodes whose
+    fragmentation differs by less than a point; measured on the FGD artefact's fourteen
+    task lists over ten seeds (docs/performance.md). Shares keep the artefact's points: in
+    fiftieths, gpushare40 placed 0.10 points less (six seeds), its shares' whole-point
+    differences being what sends them to the GPU they fill best."""
+    return MAX_NODE_SCORE if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI else COARSE_POINTS
 
 
 def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | None:
@@ -218,9 +233,11 @@ def fgd_choice(
     typical: TypicalPods,
     gpu: int | None = None,
     measure: Fragmentation | None = None,
+    points: int = MAX_NODE_SCORE,
 ) -> tuple[int, int | None]:
-    """`calculateGpuShareFragExtendScore`: the score, 0 to 100, higher where placing the Pod
-    adds least fragmentation (or removes most), and for a share of one GPU the GPU scored.
+    """`calculateGpuShareFragExtendScore`: the score, 0 to `points` (the artefact's 100),
+    higher where placing the Pod adds least fragmentation (or removes most), and for a
+    share of one GPU the GPU scored.
 
     A Pod asking for nothing scores 100 everywhere. For a share of one GPU the artefact
     tries each GPU that fits and keeps the first of the best (the GPU its Reserve then
@@ -238,14 +255,14 @@ def fgd_choice(
             after = take(node, pod, index)
             if after is None:
                 continue
-            score = _gradient_score(before, measure(after))
+            score = _gradient_score(before, measure(after), points)
             if chosen is None or score > best:
                 best, chosen = score, index
         return best, chosen
     after = take(node, pod, gpu)
     if after is None:
         return 0, None
-    return _gradient_score(before, measure(after)), gpu
+    return _gradient_score(before, measure(after), points), gpu
 
 
 def fgd_score(
@@ -254,9 +271,10 @@ def fgd_score(
     typical: TypicalPods,
     gpu: int | None = None,
     measure: Fragmentation | None = None,
+    points: int = MAX_NODE_SCORE,
 ) -> int:
     """`fgd_choice`'s score alone."""
-    return fgd_choice(node, pod, typical, gpu, measure)[0]
+    return fgd_choice(node, pod, typical, gpu, measure, points)[0]
 
 
 def _fragmentation_of(typical: TypicalPods, node: NodeFree) -> float:
@@ -550,14 +568,15 @@ def extender_score(
     cpu_per_gpu: float = 0.0,
     rare: RareShapes = RareShapes(),
 ) -> int:
-    """FGD's score for the GPU the allocator will pick, plus the `rare` shapes' bonus once
-    Pods leave, x TIE_RANGE, plus the tie key: the node's model place (`model_place`, over
-    the cluster's `gpus_per_model`) x KEY_RANGE plus the packing key of the node once the
-    Pod is placed (`packs_by_fullness`, over the GPU nodes' `cpu_per_gpu`), or for whole
-    GPUs while nothing has left whether the node keeps the rare shapes."""
+    """FGD's score for the GPU the allocator will pick, in the Pod's `score_points`, plus
+    the `rare` shapes' bonus once Pods leave, x TIE_RANGE, plus the tie key: the node's
+    model place (`model_place`, over the cluster's `gpus_per_model`) x KEY_RANGE plus the
+    packing key of the node once the Pod is placed (`packs_by_fullness`, over the GPU
+    nodes' `cpu_per_gpu`), or for whole GPUs while nothing has left whether the node keeps
+    the rare shapes."""
     gpu = first_fit(node, pod)
     after = take(node, pod, gpu)
-    fgd = fgd_score(node, pod, typical, gpu, measure)
+    fgd = fgd_score(node, pod, typical, gpu, measure, score_points(pod))
     if after is not None:
         fgd += rare.bonus(node, after)
     return (
@@ -693,7 +712,7 @@ class Scorer:
         measured = self._fragmentation(
             self._key(after, node.model, cpu_after, memory_after, node.pool)
         )
-        fgd, key = _gradient_score(before, measured), 0
+        fgd, key = _gradient_score(before, measured, score_points(pod)), 0
         if packs_by_fullness(pod, self._cpu_scarce):
             kept = min(sum(after), _KEY_SPAN)
             key = (KEY_RANGE - 1) - kept * (KEY_RANGE - 1) // _KEY_SPAN

@@ -401,7 +401,13 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Extend
         if node.model:
             gpus_per_model[node.model] += node.gpus
     shapes = [arrival.shape for arrival in arrivals]
-    empty = [_empty(replace(node, pool=pool)) for pool in _pools(arrivals) for node in nodes]
+    pools = _pools(arrivals)
+    # A node of a pooled cluster is in its pool; a node of a list, in each.
+    empty = [
+        _empty(replace(node, pool=pool))
+        for node in nodes
+        for pool in ([node.pool] if node.pool else pools)
+    ]
     departures = any(arrival.leaves is not None for arrival in arrivals)
     return ExtenderScores(
         Scorer(
@@ -432,11 +438,7 @@ def fewest(
     unfit = unplaceable(nodes, arrivals)
     if unfit:
         raise ValueError(f"{unfit[0]} fits no empty node of the list")
-    scorer: NodeScores = (
-        scorer_for(nodes, arrivals)
-        if scoring == "extender"
-        else StockScores(most_allocated=scoring == "most-allocated")
-    )
+    stock = StockScores(most_allocated=scoring == "most-allocated")
     departures = any(arrival.leaves is not None for arrival in arrivals)
     pools = _pools(arrivals)
     demands = [
@@ -451,6 +453,9 @@ def fewest(
     def pending(counts: tuple[int, ...]) -> int | None:
         if counts not in results:
             chosen = pooled_cluster(nodes, dict(zip(pools, counts, strict=True)))
+            # The extender on these nodes weighs the models and keeps the rare shapes of
+            # these nodes, not of the list's.
+            scorer = scorer_for(chosen, arrivals) if scoring == "extender" else stock
             results[counts] = first_pending(chosen, arrivals, scorer)
         return results[counts]
 
