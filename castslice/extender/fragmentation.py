@@ -187,8 +187,7 @@ def score_points(pod: PodShape) -> int:
     (the model place, the packing key, the rare shapes) then decides among nodes whose
     fragmentation differs by less than a point; measured on the FGD artefact's fourteen
     task lists over ten seeds (docs/performance.md). Shares keep the artefact's points: in
-    fiftieths, gpushare40 placed 0.10 points less (six seeds), its shares' whole-point
-    differences being what sends them to the GPU they fill best."""
+    fiftieths, gpushare40 placed 0.10 points less (six seeds), behind FGD."""
     return MAX_NODE_SCORE if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI else COARSE_POINTS
 
 
