@@ -69,6 +69,11 @@ class PodShape:
     def asks_nothing(self) -> bool:
         return not (self.cpu_milli or self.memory or self.gpus)
 
+    @property
+    def shares_one_gpu(self) -> bool:
+        """Whether it asks for part of one GPU (a share), not whole GPUs."""
+        return self.gpus == 1 and 0 < self.gpu_milli < MILLI
+
 
 @dataclass(frozen=True)
 class NodeFree:
@@ -183,12 +188,12 @@ COARSE_POINTS = 50
 
 def score_points(pod: PodShape) -> int:
     """The points the extender counts FGD's score in for the Pod: the artefact's 100 for a
-    share of one GPU, else COARSE_POINTS. Coarser points tie more nodes, and the tie key
-    (the model place, the packing key, the rare shapes) then decides among nodes whose
-    fragmentation differs by less than a point; measured on the FGD artefact's fourteen
-    task lists over ten seeds (docs/performance.md). Shares keep the artefact's points: in
-    fiftieths, gpushare40 placed 0.10 points less (six seeds), behind FGD."""
-    return MAX_NODE_SCORE if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI else COARSE_POINTS
+    share of one GPU, else COARSE_POINTS. Coarser points tie more nodes (those whose score
+    truncates alike), and the tie key (the model place, the packing key, the rare shapes)
+    then decides among them; measured on the FGD artefact's fourteen task lists over ten
+    seeds (docs/performance.md). Shares keep the artefact's points: in fiftieths,
+    gpushare40 placed 0.10 points less (six seeds), behind FGD."""
+    return MAX_NODE_SCORE if pod.shares_one_gpu else COARSE_POINTS
 
 
 def take(node: NodeFree, pod: PodShape, gpu: int | None = None) -> NodeFree | None:
@@ -248,7 +253,7 @@ def fgd_choice(
     if measure is None:
         measure = functools.partial(_fragmentation_of, typical)
     before = measure(node)
-    if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI and gpu is None:
+    if pod.shares_one_gpu and gpu is None:
         best, chosen = 0, None
         for index in range(len(node.gpu_milli)):
             after = take(node, pod, index)
@@ -320,7 +325,7 @@ KEY_RANGE = 1000
 
 def first_fit(node: NodeFree, pod: PodShape) -> int | None:
     """The GPU the DRA allocator gives a share of one GPU: the first with enough free."""
-    if pod.gpus != 1 or not 0 < pod.gpu_milli < MILLI:
+    if not pod.shares_one_gpu:
         return None
     return next((i for i, left in enumerate(node.gpu_milli) if left >= pod.gpu_milli), None)
 
@@ -687,7 +692,7 @@ class Scorer:
         cpu_after, memory_after = node.cpu_milli - pod.cpu_milli, node.memory - pod.memory
         after: list[int] | None = None
         if cpu_after >= 0 and memory_after >= 0 and len(left) >= pod.gpus:
-            if pod.gpus == 1 and 0 < pod.gpu_milli < MILLI:
+            if pod.shares_one_gpu:
                 # The allocator's first fit; where none fits, FGD's best over the GPUs that
                 # fit is over none: 0.
                 for gpu, free in enumerate(left):
