@@ -19,8 +19,8 @@ from castslice.extender.fragmentation import (
     PodShape,
     RareShapes,
     Scorer,
+    scoring_typical_pods,
     tie_broken,
-    typical_pods,
 )
 from castslice.extender.free_view import FreeView
 from castslice.extender.watching import Pools, Watched, uid_of
@@ -134,7 +134,7 @@ class ClusterView:
             or watched.departed != self._scorer.rare.first
         ):
             shapes = [pod.shape for pod in watched.pods.values() if pod.shape is not None]
-            self._typical = typical_pods(shapes)
+            self._typical = scoring_typical_pods(shapes, cpu_per_gpu)
             self._learnt_from = watched.resolved = len(shapes)
             self._gpus_per_model, self._cpu_per_gpu = gpus_per_model, cpu_per_gpu
             # Rare shapes from every Pod seen, gone ones too: the few tasks that need the

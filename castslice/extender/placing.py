@@ -44,8 +44,8 @@ from castslice.extender.fragmentation import (
     accessible,
     cpu_per_gpu,
     first_fit,
+    scoring_typical_pods,
     take,
-    typical_pods,
 )
 
 # The CPU and memory of a node whose size the input does not give: more than any task asks.
@@ -409,11 +409,12 @@ def scorer_for(nodes: Sequence[NodeKind], arrivals: Sequence[Arrival]) -> Extend
         for pool in ([node.pool] if node.pool else pools)
     ]
     departures = any(arrival.leaves is not None for arrival in arrivals)
+    cpu = cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes)
     return ExtenderScores(
         Scorer(
-            typical_pods(shapes),
+            scoring_typical_pods(shapes, cpu),
             gpus_per_model,
-            cpu_per_gpu((node.cpu_milli, node.gpus) for node in nodes),
+            cpu,
             RareShapes.of(shapes, empty, departures),
         )
     )
