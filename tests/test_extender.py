@@ -40,6 +40,7 @@ from castslice.extender.fragmentation import (
     pinned_load,
     quadrant,
     rare_shapes,
+    scoring_typical_pods,
     tie_broken,
     typical_pods,
     whole_node_shapes,
@@ -179,6 +180,30 @@ def test_typical_pods_cover_the_popular_shapes_with_their_frequencies() -> None:
     memories = [PodShape(1000, 500, 1, memory=m * GIB) for m in (1, 2, 9)]
     assert typical_pods(memories) == [(PodShape(1000, 500, 1, memory=2 * GIB), 1.0)]
     assert typical_pods([]) == []
+
+
+def test_the_extender_counts_shapes_of_99_in_100_pods_unless_cpu_runs_out_first() -> None:
+    """Pairs of GPUs, three Pods in a hundred: the artefact's 95 % leaves them out, and a
+    whole GPU goes to the lowest name though that leaves no pair free; counted, it goes
+    where a pair still fits. Where the nodes have less CPU per GPU than the Pods ask, the
+    95 % stays (cpu250 placed 0.3 points less with the wider cover)."""
+    whole, pair = PodShape(1000, 1000, 1), PodShape(2000, 1000, 2)
+    seen = [whole] * 96 + [pair] * 3 + [PodShape(500)]
+    assert typical_pods(seen) == [(whole, 1.0)]
+    assert scoring_typical_pods(seen, 16.0) == [(whole, 96 / 99), (pair, 3 / 99)]
+    assert scoring_typical_pods(seen, 0.0) == scoring_typical_pods(seen, 16.0)
+    assert scoring_typical_pods(seen, 0.5) == [(whole, 1.0)]
+
+    def best(cpu_per_gpu: float) -> str:
+        scorer = Scorer(scoring_typical_pods(seen, cpu_per_gpu), {}, cpu_per_gpu)
+        scored = [
+            ("a-two-free", scorer.score(NodeFree(16000, (1000, 1000, 0, 0)), whole)),
+            ("b-three-free", scorer.score(NodeFree(16000, (1000, 1000, 1000, 0)), whole)),
+        ]
+        return max(tie_broken(scored), key=lambda item: item[1])[0]
+
+    assert best(16.0) == "b-three-free"
+    assert best(0.5) == "a-two-free"
 
 
 def test_the_packing_key_breaks_fgd_s_ties_towards_the_fuller_node() -> None:
