@@ -18,6 +18,8 @@ Two departures, each a parameter of the port rather than a rewrite of it: a typi
 counts as fitting only where its memory fits too (the artefact looks at CPU and GPU only;
 a shape with memory 0 behaves exactly as there), and the GPU a fractional Pod is scored on
 can be given (the device the allocator will really pick) instead of the best of the node's.
+The extender's typical Pods cover 99 % of the Pods seen where the artefact's cover 95 %
+(`scoring_typical_pods`), a parameter of `typical_pods` too.
 """
 
 from __future__ import annotations
@@ -362,7 +364,9 @@ def cpu_scarcer(typical: TypicalPods, cpu_per_gpu: float) -> bool:
 SCORING_POPULARITY = 0.99
 
 
-def scoring_typical_pods(observed: Sequence[PodShape], cpu_per_gpu: float) -> TypicalPods:
+def scoring_typical_pods(
+    observed: Sequence[PodShape], cpu_per_gpu: float
+) -> list[tuple[PodShape, float]]:
     """The typical Pods the extender scores over: the shapes covering `SCORING_POPULARITY`
     of the Pods seen, or the artefact's `POPULARITY` where those ask more CPU per GPU than
     the nodes with GPUs have (`cpu_scarcer`). Measured on the FGD artefact's fourteen task
