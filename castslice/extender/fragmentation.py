@@ -287,6 +287,38 @@ def _fragmentation_of(typical: TypicalPods, node: NodeFree) -> float:
     return fragmentation(node, typical)
 
 
+class _ShapeCounts:
+    """The Pods seen counted by shape, once, for as many covers as are asked of them."""
+
+    def __init__(self, observed: Iterable[PodShape]) -> None:
+        self.counts: Counter[PodShape] = Counter()
+        self.memories: dict[PodShape, list[int]] = defaultdict(list)
+        for shape in observed:
+            key = replace(shape, memory=0)
+            self.counts[key] += 1
+            self.memories[key].append(shape.memory)
+        self.total = sum(self.counts.values())
+        # sort.Reverse over (count, PodResource.Less): most frequent first, then the larger shape.
+        self.ranked = sorted(
+            self.counts, key=lambda shape: (self.counts[shape], shape), reverse=True
+        )
+
+    def cover(self, popularity: float, step: int = STEP) -> list[tuple[PodShape, float]]:
+        chosen: list[PodShape] = []
+        covered = 0
+        while covered < popularity * self.total and len(chosen) < len(self.ranked):
+            for shape in self.ranked[len(chosen) : len(chosen) + step]:
+                chosen.append(shape)
+                covered += self.counts[shape]
+        return [
+            (
+                replace(shape, memory=int(statistics.median(self.memories[shape]))),
+                self.counts[shape] / covered,
+            )
+            for shape in chosen
+        ]
+
+
 def typical_pods(
     observed: Iterable[PodShape], popularity: float = POPULARITY, step: int = STEP
 ) -> list[tuple[PodShape, float]]:
@@ -296,27 +328,7 @@ def typical_pods(
     Shapes are counted without their memory, as the artefact counts them; each typical
     shape carries the median memory of the Pods it stands for.
     """
-    counts: Counter[PodShape] = Counter()
-    memories: dict[PodShape, list[int]] = defaultdict(list)
-    for shape in observed:
-        key = replace(shape, memory=0)
-        counts[key] += 1
-        memories[key].append(shape.memory)
-    total = sum(counts.values())
-    if not total:
-        return []
-    # sort.Reverse over (count, PodResource.Less): most frequent first, then the larger shape.
-    ranked = sorted(counts, key=lambda shape: (counts[shape], shape), reverse=True)
-    chosen: list[PodShape] = []
-    covered = 0
-    while covered < popularity * total and len(chosen) < len(ranked):
-        for shape in ranked[len(chosen) : len(chosen) + step]:
-            chosen.append(shape)
-            covered += counts[shape]
-    return [
-        (replace(shape, memory=int(statistics.median(memories[shape]))), counts[shape] / covered)
-        for shape in chosen
-    ]
+    return _ShapeCounts(observed).cover(popularity, step)
 
 
 # The packing key's scale: a node keeping this many GPU thousandths free (eight whole GPUs,
@@ -373,10 +385,11 @@ def scoring_typical_pods(
     lists over ten seeds (docs/performance.md, "Typical Pods over 99 %"): the rarer shapes
     counted in the wider cover move FGD's score off nodes that only they could use; on
     cpu250, whose Pods ask more CPU per GPU than the nodes have, they cost 0.3 points."""
-    typical = typical_pods(observed)
+    counted = _ShapeCounts(observed)
+    typical = counted.cover(POPULARITY)
     if cpu_scarcer(typical, cpu_per_gpu):
         return typical
-    return typical_pods(observed, SCORING_POPULARITY)
+    return counted.cover(SCORING_POPULARITY)
 
 
 def packs_by_fullness(pod: PodShape, cpu_scarce: bool = False) -> bool:
